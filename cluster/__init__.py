@@ -1,0 +1,1 @@
+"""Distributed runs on Ray: actors, sharding, retries, resume and gathering."""

@@ -1,0 +1,1 @@
+"""spotbench harness: targets, decoding core, lossless checks, results and the CLI."""

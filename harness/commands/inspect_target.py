@@ -1,0 +1,43 @@
+"""`spotbench target NAME`: load a target and print what it is (family, size, token ids)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "target", help="load a target (tiny-random:<family> or a checkpoint folder) and describe it"
+    )
+    parser.add_argument("name", help="tiny-random:<family>[:seed] or a local checkpoint folder")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.targets.registry import load_target
+
+    target = load_target(args.name)
+    cfg = target.model.cfg
+    info = {
+        "name": target.name,
+        "family": target.family.name,
+        "attention": target.family.attention,
+        "shifted_logits": target.family.shifted_logits,
+        "parameters": sum(p.numel() for p in target.model.parameters()),
+        "vocab_size": cfg.vocab_size,
+        "layers": cfg.num_layers,
+        "hidden_size": cfg.hidden_size,
+        "moe_experts": cfg.moe.num_experts if cfg.moe else 0,
+        "mask_id": target.mask_id,
+        "eos_id": target.eos_id,
+        "dtype": str(target.dtype).removeprefix("torch."),
+    }
+    if args.json:
+        print(json.dumps(info))
+    else:
+        width = max(map(len, info))
+        for key, value in info.items():
+            print(f"{key:<{width}}  {value}")
+    return 0

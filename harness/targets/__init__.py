@@ -1,0 +1,1 @@
+"""Target diffusion LMs: architectures, family presets, checkpoint loading and the tiny zoo."""

@@ -1,0 +1,236 @@
+"""One compact transformer that covers the four target families.
+
+Llama/OLMo (LLaDA), Qwen2 (Dream), Qwen3 (SDAR) and Bailing-MoE (LLaDA2) blocks differ only in a few
+switches: qkv bias, per-head q/k RMSNorm, partial rotary embeddings, and a sigmoid-routed MoE with a
+shared expert. The attention pattern is not decided here: callers pass an explicit boolean mask, so the
+same weights serve bidirectional, block-causal and cached-prefix evaluation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+KV = tuple[Tensor, Tensor]
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    num_experts: int
+    num_experts_per_tok: int
+    moe_intermediate_size: int
+    num_shared_experts: int = 1
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float = 1.0
+    norm_topk_prob: bool = True
+    first_k_dense_replace: int = 0
+    """The first k layers use a dense SwiGLU instead of the MoE."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float = 10000.0
+    partial_rotary_factor: float = 1.0
+    rms_norm_eps: float = 1e-6
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    tie_embeddings: bool = False
+    moe: MoEConfig | None = None
+    extra: dict = field(default_factory=dict, compare=False)
+    """Family-specific values kept for provenance (never read by the forward pass)."""
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        compute = torch.promote_types(x.dtype, torch.float32)
+        h = x.to(compute)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class SigmoidMoE(nn.Module):
+    """DeepSeek-V3 / Bailing-V2 style MoE: sigmoid scores, bias-corrected group-limited top-k."""
+
+    def __init__(self, hidden: int, moe: MoEConfig):
+        super().__init__()
+        self.cfg = moe
+        self.gate = nn.Linear(hidden, moe.num_experts, bias=False)
+        self.register_buffer("expert_bias", torch.zeros(moe.num_experts))
+        self.experts = nn.ModuleList(
+            SwiGLU(hidden, moe.moe_intermediate_size) for _ in range(moe.num_experts)
+        )
+        self.shared = (
+            SwiGLU(hidden, moe.moe_intermediate_size * moe.num_shared_experts)
+            if moe.num_shared_experts
+            else None
+        )
+
+    def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Return (expert indices [T, k], weights [T, k]) for flattened tokens x [T, H]."""
+        cfg = self.cfg
+        scores = torch.sigmoid(self.gate(x).to(torch.promote_types(x.dtype, torch.float32)))
+        biased = scores + self.expert_bias.to(scores.dtype)
+        tokens = x.shape[0]
+        per_group = cfg.num_experts // cfg.n_group
+        grouped = biased.view(tokens, cfg.n_group, per_group)
+        group_scores = grouped.topk(min(2, per_group), dim=-1).values.sum(-1)
+        top_groups = group_scores.topk(cfg.topk_group, dim=-1).indices
+        group_mask = torch.zeros_like(group_scores).scatter_(1, top_groups, 1.0)
+        allowed = group_mask.unsqueeze(-1).expand_as(grouped).reshape(tokens, -1).bool()
+        indices = biased.masked_fill(~allowed, float("-inf")).topk(cfg.num_experts_per_tok, -1).indices
+        weights = scores.gather(1, indices)
+        if cfg.norm_topk_prob:
+            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+        return indices, weights * cfg.routed_scaling_factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        indices, weights = self.route(flat)
+        out = torch.zeros_like(flat)
+        for expert_id, expert in enumerate(self.experts):
+            token_ids, slot = (indices == expert_id).nonzero(as_tuple=True)
+            if token_ids.numel():
+                contribution = expert(flat[token_ids]) * weights[token_ids, slot, None].to(flat.dtype)
+                out.index_add_(0, token_ids, contribution)
+        if self.shared is not None:
+            out = out + self.shared(flat)
+        return out.view(shape)
+
+
+def rotary_tables(cfg: ModelConfig, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    rotary_dim = int(cfg.head_dim * cfg.partial_rotary_factor)
+    exponent = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim
+    inv_freq = 1.0 / (cfg.rope_theta**exponent)
+    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate the first `cos.shape[-1]` channels of each head (half-split convention)."""
+    rotary_dim = cos.shape[-1]
+    rot, keep = x[..., :rotary_dim], x[..., rotary_dim:]
+    first, second = rot.chunk(2, dim=-1)
+    rotated = torch.cat([-second, first], dim=-1)
+    return torch.cat([rot * cos + rotated * sin, keep], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
+        self.q_norm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
+
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, attend: Tensor | None, past: KV | None
+    ) -> tuple[Tensor, KV]:
+        cfg = self.cfg
+        rows, length, _ = x.shape
+        q = self.q_proj(x).view(rows, length, cfg.num_heads, cfg.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(rows, length, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(rows, length, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        new_kv = (k, v)
+        if past is not None:
+            past_k, past_v = (t.expand(rows, -1, -1, -1) for t in past)
+            k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
+        groups = cfg.num_heads // cfg.num_kv_heads
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attend, scale=1.0 / math.sqrt(cfg.head_dim)
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(rows, length, -1)), new_kv
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_index: int):
+        super().__init__()
+        self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.attn = Attention(cfg)
+        self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        dense = cfg.moe is None or layer_index < cfg.moe.first_k_dense_replace
+        self.mlp = (
+            SwiGLU(cfg.hidden_size, cfg.intermediate_size)
+            if dense
+            else SigmoidMoE(cfg.hidden_size, cfg.moe)
+        )
+
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, attend: Tensor | None, past: KV | None
+    ) -> tuple[Tensor, KV]:
+        attn_out, kv = self.attn(self.input_norm(x), cos, sin, attend, past)
+        h = x + attn_out
+        return h + self.mlp(self.post_attn_norm(h)), kv
+
+
+class DLMTransformer(nn.Module):
+    """Token ids -> logits for every position, under an explicit attention mask."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    @torch.no_grad()
+    def forward(
+        self,
+        input_ids: Tensor,
+        positions: Tensor,
+        attend: Tensor | None,
+        past: list[KV] | None = None,
+    ) -> tuple[Tensor, list[KV]]:
+        """Evaluate `input_ids` [N, L] at absolute `positions` [L].
+
+        `attend` [L, P + L] (True = may attend) covers the P cached prefix keys in `past` (one row,
+        shared by all N rows) followed by the L new keys; None means full attention. Returns logits [N, L, V] and, per layer, the
+        keys/values of the L new tokens, so a caller can extend its prefix cache.
+        """
+        x = self.embed_tokens(input_ids)
+        cos, sin = rotary_tables(self.cfg, positions, x.dtype)
+        new_kv: list[KV] = []
+        for index, layer in enumerate(self.layers):
+            x, kv = layer(x, cos, sin, attend, past[index] if past else None)
+            new_kv.append(kv)
+        return self.lm_head(self.norm(x)), new_kv

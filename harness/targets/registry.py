@@ -1,0 +1,17 @@
+"""Resolve a target name to a loaded `DLMTarget`.
+
+Names: `tiny-random:<family>[:seed]` (built in code), or a path to a local Hugging Face checkpoint
+folder of a supported family.
+"""
+
+from __future__ import annotations
+
+from harness.errors import UserError
+from harness.targets.target import DLMTarget
+from harness.targets.tiny import parse_tiny_name, tiny_random_target
+
+
+def load_target(name: str) -> DLMTarget:
+    if name.startswith("tiny-random"):
+        return tiny_random_target(*parse_tiny_name(name))
+    raise UserError(f"unknown target {name!r}; use tiny-random:<family>[:seed] or a checkpoint folder")

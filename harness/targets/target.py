@@ -1,0 +1,188 @@
+"""The target as the decoding code sees it: one generation, evaluated block by block.
+
+A `TargetSession` holds everything that is fixed during a generation (the prompt, the finished blocks
+and, for block-causal families, their key/value cache). Its only operation is `forward`: one target
+pass over a batch of candidate states of the current block. Plain decoding calls it with one row;
+speculative decoding with the root plus every draft node. The session counts passes (`nfe`) and rows
+itself, so every decoding arm is accounted the same way.
+
+Block-causal families store a finished block's keys/values by fusing that store with the next block's
+first pass (the pending tokens are prepended to the rows). This is exact because a finished block
+cannot see later blocks, and it costs no extra pass. The prompt is pending at the start, so the first
+pass of a generation is also its prefill. Block ids, which define the block-causal mask, count the
+prompt in chunks of `block_length` from its first token; answer blocks follow.
+
+Full-attention families recompute prompt + answer on every pass, with future blocks all masked, as
+LLaDA's and Dream's reference decoders do. Such a pass also yields logits for the next block, returned
+as `BlockLogits.following`, which become the proposer's first stale view of that block.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from harness.errors import UserError
+from harness.targets.families import FamilySpec
+from harness.targets.model import KV, DLMTransformer
+
+
+@dataclass
+class BlockLogits:
+    current: Tensor
+    """[N, B, V] logits for the positions of the current block, one row per evaluated state."""
+    following: Tensor | None
+    """[N, B, V] logits for the next block (full-attention families, when a next block exists)."""
+
+
+class DLMTarget:
+    """A diffusion LM with its family conventions, token ids and tokenizer."""
+
+    def __init__(
+        self,
+        model: DLMTransformer,
+        family: FamilySpec,
+        mask_id: int,
+        eos_id: int,
+        tokenizer: Any = None,
+        name: str = "",
+        rowwise: bool = False,
+    ):
+        self.model = model.eval()
+        self.family = family
+        self.mask_id = mask_id
+        self.eos_id = eos_id
+        self.tokenizer = tokenizer
+        self.name = name
+        self.rowwise = rowwise
+        """Evaluate the rows of a pass one at a time: every row then sees the same kernels as a
+        single-row plain pass, so its logits do not depend on the batch it was evaluated in."""
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.cfg.vocab_size
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.embed_tokens.weight.dtype
+
+    def exact(self) -> DLMTarget:
+        """Exactness mode (DESIGN.md section 3): float64 weights and row-by-row evaluation."""
+        model = copy.deepcopy(self.model).to(torch.float64)
+        return DLMTarget(model, self.family, self.mask_id, self.eos_id, self.tokenizer,
+                         self.name, rowwise=True)
+
+    def start(self, prompt_ids: list[int] | Tensor, gen_length: int, block_length: int) -> TargetSession:
+        return TargetSession(self, torch.as_tensor(prompt_ids, dtype=torch.long), gen_length, block_length)
+
+
+class TargetSession:
+    """One generation of one prompt (see the module docstring)."""
+
+    def __init__(self, target: DLMTarget, prompt: Tensor, gen_length: int, block_length: int):
+        if prompt.ndim != 1 or prompt.numel() == 0:
+            raise UserError("the prompt must be a non-empty sequence of token ids")
+        if block_length <= 0 or gen_length <= 0 or gen_length % block_length:
+            raise UserError(
+                f"gen_length ({gen_length}) must be a positive multiple of block_length ({block_length})"
+            )
+        self.target = target
+        self.prompt = prompt
+        self.block_length = block_length
+        self.num_blocks = gen_length // block_length
+        self.block_index = 0
+        self.finished: list[Tensor] = []
+        self.nfe = 0
+        self.rows = 0
+        self._cache: list[KV] | None = None
+        self._cache_len = 0
+        self._pending = prompt
+        self._prompt_chunks = -(-prompt.numel() // block_length)
+
+    @property
+    def block_start(self) -> int:
+        """Absolute position of the current block's first token."""
+        return self.prompt.numel() + self.block_index * self.block_length
+
+    def forward(self, states: Tensor) -> BlockLogits:
+        """One target pass over candidate states [N, B] of the current block."""
+        if states.ndim != 2 or states.shape[1] != self.block_length:
+            raise ValueError(f"states must be [N, {self.block_length}], got {tuple(states.shape)}")
+        if self.block_index >= self.num_blocks:
+            raise ValueError("the generation has no block left to evaluate")
+        self.nfe += 1
+        self.rows += states.shape[0]
+        evaluate = self._block_causal if self.target.family.attention == "block_causal" else self._full
+        if not self.target.rowwise:
+            return evaluate(states)
+        parts = [evaluate(states[i : i + 1]) for i in range(states.shape[0])]
+        following = [p.following for p in parts]
+        return BlockLogits(
+            torch.cat([p.current for p in parts]),
+            None if following[0] is None else torch.cat(following),
+        )
+
+    def finish_block(self, final_state: Tensor) -> None:
+        """Record the committed tokens of the current block and move to the next one."""
+        if (final_state == self.target.mask_id).any():
+            raise ValueError("a block can only be finished once every position is committed")
+        self.finished.append(final_state.clone())
+        if self.target.family.caches_finished_blocks:
+            self._pending = torch.cat([self._pending, final_state])
+        self.block_index += 1
+
+    def answer(self) -> Tensor:
+        """The committed answer tokens so far (finished blocks only)."""
+        return torch.cat(self.finished) if self.finished else self.prompt[:0]
+
+    def _full(self, states: Tensor) -> BlockLogits:
+        rows, size = states.shape
+        mask_id = self.target.mask_id
+        future = (self.num_blocks - self.block_index - 1) * size
+        prefix = torch.cat([self.prompt, *self.finished])
+        tokens = torch.cat(
+            [
+                prefix.expand(rows, -1),
+                states,
+                torch.full((rows, future), mask_id, dtype=torch.long),
+            ],
+            dim=1,
+        )
+        positions = torch.arange(tokens.shape[1])
+        logits, _ = self.target.model(tokens, positions, attend=None)
+        start = self.block_start - (1 if self.target.family.shifted_logits else 0)
+        current = logits[:, start : start + size]
+        following = logits[:, start + size : start + 2 * size] if future else None
+        return BlockLogits(current, following)
+
+    def _block_causal(self, states: Tensor) -> BlockLogits:
+        rows, size = states.shape
+        pending = self._pending
+        tokens = torch.cat([pending.expand(rows, -1), states], dim=1)
+        total = self._cache_len + tokens.shape[1]
+        positions = torch.arange(self._cache_len, total)
+        block_ids = self._block_ids(total)
+        attend = block_ids[None, :] <= block_ids[positions][:, None]
+        logits, new_kv = self.target.model(tokens, positions, attend, self._cache)
+        if pending.numel():
+            stored = [(k[:1, :, : pending.numel()], v[:1, :, : pending.numel()]) for k, v in new_kv]
+            if self._cache is None:
+                self._cache = stored
+            else:
+                self._cache = [
+                    (torch.cat([ck, k], dim=2), torch.cat([cv, v], dim=2))
+                    for (ck, cv), (k, v) in zip(self._cache, stored)
+                ]
+            self._cache_len += pending.numel()
+            self._pending = pending[:0]
+        return BlockLogits(logits[:, -size:], None)
+
+    def _block_ids(self, total: int) -> Tensor:
+        positions = torch.arange(total)
+        prompt_len = self.prompt.numel()
+        answer_block = self._prompt_chunks + (positions - prompt_len) // self.block_length
+        return torch.where(positions < prompt_len, positions // self.block_length, answer_block)

@@ -1,0 +1,1 @@
+"""Draft proposers: the Proposer protocol and its implementations."""

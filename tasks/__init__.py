@@ -1,0 +1,1 @@
+"""Benchmark tasks: registry, loading, prompting, scoring and the code sandbox."""
