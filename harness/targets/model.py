@@ -130,8 +130,10 @@ def rotary_tables(cfg: ModelConfig, positions: Tensor, dtype: torch.dtype) -> tu
     rotary_dim = int(cfg.head_dim * cfg.partial_rotary_factor)
     exponent = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim
     inv_freq = 1.0 / (cfg.rope_theta**exponent)
-    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]
+    angles = positions.to(torch.float64)[..., None] * inv_freq
     angles = torch.cat([angles, angles], dim=-1)
+    if angles.ndim == 3:  # per-row positions [N, L]: broadcast over heads
+        angles = angles[:, None]
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
@@ -213,7 +215,6 @@ class DLMTransformer(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
 
-    @torch.no_grad()
     def forward(
         self,
         input_ids: Tensor,
@@ -221,10 +222,11 @@ class DLMTransformer(nn.Module):
         attend: Tensor | None,
         past: list[KV] | None = None,
     ) -> tuple[Tensor, list[KV]]:
-        """Evaluate `input_ids` [N, L] at absolute `positions` [L].
+        """Evaluate `input_ids` [N, L] at absolute `positions` [L] (or [N, L] per row).
 
         `attend` [L, P + L] (True = may attend) covers the P cached prefix keys in `past` (one row,
-        shared by all N rows) followed by the L new keys; None means full attention. Returns logits [N, L, V] and, per layer, the
+        shared by all N rows) followed by the L new keys, or [N, 1, L, P + L] per row; None means
+        full attention. Returns logits [N, L, V] and, per layer, the
         keys/values of the L new tokens, so a caller can extend its prefix cache.
         """
         x = self.embed_tokens(input_ids)

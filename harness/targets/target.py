@@ -116,6 +116,10 @@ class TargetSession:
             raise ValueError("the generation has no block left to evaluate")
         self.nfe += 1
         self.rows += states.shape[0]
+        with torch.inference_mode():
+            return self._evaluate(states)
+
+    def _evaluate(self, states: Tensor) -> BlockLogits:
         evaluate = self._block_causal if self.target.family.attention == "block_causal" else self._full
         if not self.target.rowwise:
             return evaluate(states)
