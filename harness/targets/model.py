@@ -27,7 +27,6 @@ class MoEConfig:
     n_group: int = 1
     topk_group: int = 1
     routed_scaling_factor: float = 1.0
-    norm_topk_prob: bool = True
     first_k_dense_replace: int = 0
     """The first k layers use a dense SwiGLU instead of the MoE."""
 
@@ -44,6 +43,9 @@ class ModelConfig:
     rope_theta: float = 10000.0
     partial_rotary_factor: float = 1.0
     rms_norm_eps: float = 1e-6
+    rope_full_precision: bool = False
+    """Rotate q/k in float32 and cast back (LLaDA), instead of rotating in the model dtype with
+    cos/sin cast to it (Qwen/Bailing). The two only differ below float32."""
     qkv_bias: bool = False
     qk_norm: bool = False
     tie_embeddings: bool = False
@@ -94,10 +96,17 @@ class SigmoidMoE(nn.Module):
         )
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Return (expert indices [T, k], weights [T, k]) for flattened tokens x [T, H]."""
+        """Return (expert indices [T, k], weights [T, k]) for flattened tokens x [T, H].
+
+        As the published LLaDA2 gate: the router runs in (at least) float32; the bias only steers
+        the choice (group score = sum of a group's two best biased scores, then top-k among the
+        experts of the best `topk_group` groups); the weights are the unbiased sigmoid scores,
+        renormalised when k > 1, times `routed_scaling_factor`.
+        """
         cfg = self.cfg
-        scores = torch.sigmoid(self.gate(x).to(torch.promote_types(x.dtype, torch.float32)))
-        biased = scores + self.expert_bias.to(scores.dtype)
+        compute = torch.promote_types(x.dtype, torch.float32)
+        scores = torch.sigmoid(F.linear(x.to(compute), self.gate.weight.to(compute)))
+        biased = scores + self.expert_bias.to(compute)
         tokens = x.shape[0]
         per_group = cfg.num_experts // cfg.n_group
         grouped = biased.view(tokens, cfg.n_group, per_group)
@@ -107,7 +116,7 @@ class SigmoidMoE(nn.Module):
         allowed = group_mask.unsqueeze(-1).expand_as(grouped).reshape(tokens, -1).bool()
         indices = biased.masked_fill(~allowed, float("-inf")).topk(cfg.num_experts_per_tok, -1).indices
         weights = scores.gather(1, indices)
-        if cfg.norm_topk_prob:
+        if cfg.num_experts_per_tok > 1:
             weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
         return indices, weights * cfg.routed_scaling_factor
 
@@ -115,35 +124,45 @@ class SigmoidMoE(nn.Module):
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
         indices, weights = self.route(flat)
-        out = torch.zeros_like(flat)
+        # Weighted expert outputs are summed in the router precision, then cast back (as published).
+        routed = torch.zeros(flat.shape, dtype=weights.dtype, device=flat.device)
         for expert_id, expert in enumerate(self.experts):
             token_ids, slot = (indices == expert_id).nonzero(as_tuple=True)
             if token_ids.numel():
-                contribution = expert(flat[token_ids]) * weights[token_ids, slot, None].to(flat.dtype)
-                out.index_add_(0, token_ids, contribution)
+                contribution = expert(flat[token_ids]).to(weights.dtype) * weights[token_ids, slot, None]
+                routed.index_add_(0, token_ids, contribution)
+        out = routed.to(flat.dtype)
         if self.shared is not None:
             out = out + self.shared(flat)
         return out.view(shape)
 
 
 def rotary_tables(cfg: ModelConfig, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos/sin [L, rotary_dim] in (at least) float32, computed with the published op order.
+
+    The published models compute inverse frequencies and angles in float32; at positions in the
+    thousands float32 angles differ from exact ones by ~1e-4 rad, so matching that order matters
+    more than extra precision. Float64 models (exactness mode) compute in float64.
+    """
+    compute = torch.promote_types(dtype, torch.float32)
     rotary_dim = int(cfg.head_dim * cfg.partial_rotary_factor)
-    exponent = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim
+    exponent = torch.arange(0, rotary_dim, 2, dtype=torch.int64).to(compute) / rotary_dim
     inv_freq = 1.0 / (cfg.rope_theta**exponent)
-    angles = positions.to(torch.float64)[..., None] * inv_freq
+    angles = positions.to(compute)[:, None] * inv_freq[None, :]
     angles = torch.cat([angles, angles], dim=-1)
-    if angles.ndim == 3:  # per-row positions [N, L]: broadcast over heads
-        angles = angles[:, None]
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    return angles.cos(), angles.sin()
 
 
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate the first `cos.shape[-1]` channels of each head (half-split convention)."""
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, full_precision: bool) -> Tensor:
+    """Rotate the first `cos.shape[-1]` channels of each head (rotate-half convention: channel i
+    pairs with channel i + rotary_dim/2, as in Llama/Qwen/OLMo, not interleaved pairs)."""
+    compute = cos.dtype if full_precision else x.dtype
+    h, cos, sin = x.to(compute), cos.to(compute), sin.to(compute)
     rotary_dim = cos.shape[-1]
-    rot, keep = x[..., :rotary_dim], x[..., rotary_dim:]
+    rot, keep = h[..., :rotary_dim], h[..., rotary_dim:]
     first, second = rot.chunk(2, dim=-1)
     rotated = torch.cat([-second, first], dim=-1)
-    return torch.cat([rot * cos + rotated * sin, keep], dim=-1)
+    return torch.cat([rot * cos + rotated * sin, keep], dim=-1).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -168,7 +187,8 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(rows, length, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        full = cfg.rope_full_precision
+        q, k = apply_rotary(q, cos, sin, full), apply_rotary(k, cos, sin, full)
         new_kv = (k, v)
         if past is not None:
             past_k, past_v = (t.expand(rows, -1, -1, -1) for t in past)

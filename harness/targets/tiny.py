@@ -39,7 +39,8 @@ def tiny_config(family_name: str, vocab_size: int) -> ModelConfig:
     common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_layers=2,
                   num_heads=4, head_dim=16)
     if family_name == "llada":
-        return ModelConfig(num_kv_heads=4, rope_theta=500000.0, rms_norm_eps=1e-5, **common)
+        return ModelConfig(num_kv_heads=4, rope_theta=500000.0, rms_norm_eps=1e-5,
+                           rope_full_precision=True, **common)
     if family_name == "dream":
         return ModelConfig(num_kv_heads=2, qkv_bias=True, **common)
     if family_name == "sdar":
