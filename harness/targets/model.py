@@ -138,7 +138,8 @@ class SigmoidMoE(nn.Module):
 
 
 def rotary_tables(cfg: ModelConfig, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """cos/sin [L, rotary_dim] in (at least) float32, computed with the published op order.
+    """cos/sin [L, rotary_dim] (or [N, 1, L, rotary_dim] for per-row positions) in (at least)
+    float32, computed with the published op order.
 
     The published models compute inverse frequencies and angles in float32; at positions in the
     thousands float32 angles differ from exact ones by ~1e-4 rad, so matching that order matters
@@ -148,8 +149,10 @@ def rotary_tables(cfg: ModelConfig, positions: Tensor, dtype: torch.dtype) -> tu
     rotary_dim = int(cfg.head_dim * cfg.partial_rotary_factor)
     exponent = torch.arange(0, rotary_dim, 2, dtype=torch.int64).to(compute) / rotary_dim
     inv_freq = 1.0 / (cfg.rope_theta**exponent)
-    angles = positions.to(compute)[:, None] * inv_freq[None, :]
+    angles = positions.to(compute)[..., None] * inv_freq
     angles = torch.cat([angles, angles], dim=-1)
+    if angles.ndim == 3:  # per-row positions [N, L]: broadcast over heads
+        angles = angles[:, None]
     return angles.cos(), angles.sin()
 
 
