@@ -6,7 +6,10 @@ folder of a supported family.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from harness.errors import UserError
+from harness.targets.checkpoint import load_checkpoint
 from harness.targets.target import DLMTarget
 from harness.targets.tiny import parse_tiny_name, tiny_random_target
 
@@ -14,4 +17,6 @@ from harness.targets.tiny import parse_tiny_name, tiny_random_target
 def load_target(name: str) -> DLMTarget:
     if name.startswith("tiny-random"):
         return tiny_random_target(*parse_tiny_name(name))
-    raise UserError(f"unknown target {name!r}; use tiny-random:<family>[:seed] or a checkpoint folder")
+    if Path(name).exists():
+        return load_checkpoint(name)
+    raise UserError(f"unknown target {name!r}; use tiny-random:<family>[:seed] or an existing checkpoint folder")
