@@ -1,1 +1,10 @@
-"""Draft proposers: the Proposer protocol and its implementations."""
+"""Draft proposers: the Proposer protocol and its implementations.
+
+The protocol (`Proposer`, `DraftRequest`, `DraftTree`) is defined in `harness.decoding.tree`, next
+to the loop that calls it, since dependencies point downward (`proposers -> harness`).
+"""
+
+from harness.decoding.tree import DraftNode, DraftRequest, DraftTree, Proposer
+from proposers.registry import PROPOSERS, build_proposer
+
+__all__ = ["PROPOSERS", "DraftNode", "DraftRequest", "DraftTree", "Proposer", "build_proposer"]

@@ -1,0 +1,53 @@
+"""What a decoding arm is asked to do and what it returns, shared by the plain and speculative loops.
+
+Stopping and output (docs/decoding.md): a generation decodes blocks of `block_length` positions
+until `gen_length` positions are committed or a block finishes with an EOS in it. A finished block
+has no mask, so that EOS has no mask before it and the answer cannot change any more; this rule is
+the same for every arm. `Generation.tokens` keeps every committed block (what the lossless check
+compares); `answer_ids` cuts it at the first EOS (what gets decoded and scored).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from harness.decoding.metrics import Metrics
+from harness.decoding.rules import Rule, StepRecord, Transition
+from harness.errors import UserError
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    rule: Rule
+    gen_length: int = 64
+    block_length: int = 16
+    temperature: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.temperature >= 0:
+            raise UserError(f"the temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.seed < 2**64:
+            raise UserError(f"the seed must be in [0, 2**64), got {self.seed}")
+
+
+@dataclass
+class Generation:
+    tokens: Tensor
+    """[L] the committed tokens of every finished block (L is a multiple of block_length)."""
+    steps: list[Transition]
+    """The trajectory: steps[s] is the transition committed at global step s."""
+    pass_commits: list[int]
+    """Transitions committed by each target pass (all 1 for plain decoding)."""
+    records: list[StepRecord] | None
+    """Plain decoding: per step, how close the target's decision was (forensics)."""
+    metrics: Metrics
+    eos_id: int
+
+    @property
+    def answer_ids(self) -> list[int]:
+        """The answer up to (not including) the first EOS."""
+        ids = self.tokens.tolist()
+        return ids[: ids.index(self.eos_id)] if self.eos_id in ids else ids

@@ -1,0 +1,36 @@
+"""Per-generation metrics (DESIGN.md section 3; vLLM's names where they exist)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Metrics:
+    nfe: int = 0
+    """Target forward passes (the session counts them, so every arm is accounted the same way)."""
+    rows: int = 0
+    """States evaluated over all passes: the compute cost."""
+    commits: int = 0
+    """Transitions committed (steps). Under top1 one per token; under threshold a set each."""
+    draft_nodes: int = 0
+    """Draft nodes evaluated (after validation), cf. vLLM's num_draft_tokens."""
+    accepted_per_depth: list[int] = field(default_factory=list)
+    """[d]: passes whose walk accepted a draft node at depth d + 1 (bonus commits not included)."""
+    wall_s: float = 0.0
+    target_s: float = 0.0
+    """Time inside session.forward."""
+    proposer_s: float = 0.0
+    """Time inside proposer.propose."""
+
+    @property
+    def mean_accept_len(self) -> float:
+        """Transitions per target pass, including the bonus: 1.0 for plain decoding."""
+        return self.commits / self.nfe if self.nfe else 0.0
+
+    @property
+    def other_s(self) -> float:
+        return self.wall_s - self.target_s - self.proposer_s
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"mean_accept_len": self.mean_accept_len, "other_s": self.other_s}

@@ -1,0 +1,47 @@
+"""Plain decoding: the reference every speculative arm must reproduce token for token.
+
+Semi-autoregressive: the answer is decoded block by block; each target pass evaluates one state and
+commits one transition of the rule, with the noise of the global step. It records the trajectory and,
+per step, how close the target's decision was, so a divergence can be classified later.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import Tensor
+
+from harness.decoding.generation import DecodeConfig, Generation
+from harness.decoding.metrics import Metrics
+from harness.decoding.noise import gumbel
+from harness.decoding.rules import StepRecord, Transition
+from harness.targets.target import DLMTarget
+
+
+def plain_decode(target: DLMTarget, prompt_ids: list[int] | Tensor, config: DecodeConfig) -> Generation:
+    rule, temperature, size = config.rule, config.temperature, config.block_length
+    session = target.start(prompt_ids, config.gen_length, size)
+    metrics = Metrics()
+    steps: list[Transition] = []
+    records: list[StepRecord] = []
+    start = time.perf_counter()
+    for _ in range(session.num_blocks):
+        state = torch.full((size,), target.mask_id, dtype=torch.long)
+        left = size
+        while left:
+            before = time.perf_counter()
+            logits = session.forward(state[None]).current[0]
+            metrics.target_s += time.perf_counter() - before
+            noise = gumbel(config.seed, len(steps), size, target.vocab_size) if temperature > 0 else None
+            transition, record = rule.explain(logits, state, noise, temperature)
+            state = transition.apply(state)
+            left -= len(transition.positions)
+            steps.append(transition)
+            records.append(record)
+        session.finish_block(state)
+        if bool((state == target.eos_id).any()):
+            break
+    metrics.wall_s = time.perf_counter() - start
+    metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(steps)
+    return Generation(session.answer(), steps, [1] * len(steps), records, metrics, target.eos_id)

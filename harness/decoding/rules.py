@@ -1,0 +1,169 @@
+"""Commit rules: pure functions from a block's logits, state and noise to one transition.
+
+A rule decides, for one state of the current block, which masked positions the target commits at
+this step and with which tokens (DESIGN.md section 3). Plain decoding applies it once per pass; the
+speculative verifier applies it to every row it walks; proposers may simulate it on stale logits.
+Because all of them call the same function, "the target's transition" means one thing everywhere.
+
+Candidate at masked position i: `argmax_v logit[i, v]` at T=0, `argmax_v(logit[i, v]/T + G[i, v])` at
+T>0 (ties: lowest token id, as torch.argmax). The mask token is never a candidate (a trained model
+never proposes it; an untrained one can, and committing it would leave the position masked), but its
+probability mass stays in the softmax that confidence is computed from. Confidence follows the family convention, in float64:
+`prob` is the untempered softmax probability of the candidate (LLaDA, SDAR, LLaDA2); `tempered_prob`,
+`margin` (top-1 minus top-2 probability) and `neg_entropy` use softmax(logit/T) at T>0 (Dream's
+decoder tempers before it scores), softmax(logit) at T=0. `top1` commits the most confident masked
+position (ties: lowest position); `threshold` commits it plus every other masked position whose
+confidence is >= tau (> tau for families with `threshold_strict`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from harness.errors import UserError
+from harness.targets.families import Confidence, FamilySpec
+
+
+@dataclass(frozen=True)
+class Transition:
+    """The positions (strictly increasing, block-relative) a step commits and their tokens."""
+
+    positions: tuple[int, ...]
+    tokens: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.positions) != len(self.tokens) or any(
+            a >= b for a, b in zip(self.positions, self.positions[1:])
+        ):
+            raise ValueError(f"malformed transition {self}")
+
+    def apply(self, state: Tensor) -> Tensor:
+        """The state after this transition (a new tensor)."""
+        out = state.clone()
+        out[list(self.positions)] = torch.tensor(self.tokens, dtype=out.dtype, device=out.device)
+        return out
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """How close the rule's decision was at one step: forensics for divergences.
+
+    `confidence_margin` is the top-1 minus top-2 confidence over masked positions (inf when one is
+    left). `decision_gap` is the smallest gap of any decision the rule made, approximately in logit
+    units so one tolerance fits every convention: the candidate score gap at each masked position
+    (times T), the log-confidence gap between the top two positions and, for threshold rules, each
+    position's log-distance to tau (raw differences for `margin` and `neg_entropy`).
+    """
+
+    confidence_margin: float
+    decision_gap: float
+
+
+_LOG_SCALED = ("prob", "tempered_prob")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A commit rule: `rule(logits [B, V], state [B], noise [B, V] | None, T) -> Transition`."""
+
+    name: str
+    """"top1" or "threshold"."""
+    mask_id: int
+    confidence: Confidence
+    tau: float | None = None
+    """Threshold rules only."""
+    strict: bool = False
+    """Threshold rules: commit confidence > tau rather than >= tau."""
+
+    def __str__(self) -> str:
+        return self.name if self.tau is None else f"{self.name}:{self.tau:g}"
+
+    def __call__(self, logits: Tensor, state: Tensor, noise: Tensor | None, temperature: float) -> Transition:
+        masked, tokens, confidence, _ = self._score(logits, state, noise, temperature)
+        chosen = self._select(confidence)
+        return Transition(tuple(masked[chosen].tolist()), tuple(tokens[chosen].tolist()))
+
+    def explain(
+        self, logits: Tensor, state: Tensor, noise: Tensor | None, temperature: float
+    ) -> tuple[Transition, StepRecord]:
+        """The transition and how close its decision was (the plain decoder records this)."""
+        masked, tokens, confidence, scores = self._score(logits, state, noise, temperature)
+        chosen = self._select(confidence)
+        transition = Transition(tuple(masked[chosen].tolist()), tuple(tokens[chosen].tolist()))
+        return transition, self._record(confidence, scores, temperature)
+
+    def _score(
+        self, logits: Tensor, state: Tensor, noise: Tensor | None, temperature: float
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        masked = (state == self.mask_id).nonzero().squeeze(1)
+        if masked.numel() == 0:
+            raise ValueError("a commit rule needs at least one masked position")
+        x = logits[masked].double()
+        if temperature > 0:
+            if noise is None:
+                raise ValueError("sampling at T>0 needs Gumbel noise")
+            scores = x / temperature + noise[masked.cpu()].to(x.device)
+            tempered = x / temperature
+        else:
+            scores = tempered = x
+        tokens = scores.index_fill(-1, self._mask_index(scores.device), -math.inf).argmax(-1)
+        if self.confidence == "prob":
+            confidence = x.log_softmax(-1).gather(-1, tokens[:, None]).squeeze(1).exp()
+        elif self.confidence == "tempered_prob":
+            confidence = tempered.log_softmax(-1).gather(-1, tokens[:, None]).squeeze(1).exp()
+        elif self.confidence == "margin":
+            top2 = tempered.softmax(-1).topk(2, dim=-1).values
+            confidence = top2[:, 0] - top2[:, 1]
+        else:
+            probs = tempered.softmax(-1)
+            confidence = torch.special.xlogy(probs, probs).sum(-1)
+        return masked, tokens, confidence, scores
+
+    def _mask_index(self, device: torch.device) -> Tensor:
+        return torch.tensor([self.mask_id], device=device)
+
+    def _select(self, confidence: Tensor) -> Tensor:
+        """Indices (into the masked positions, increasing) of the positions to commit."""
+        top = confidence.argmax()
+        if self.tau is None:
+            return top[None]
+        keep = confidence > self.tau if self.strict else confidence >= self.tau
+        keep[top] = True
+        return keep.nonzero().squeeze(1)
+
+    def _record(self, confidence: Tensor, scores: Tensor, temperature: float) -> StepRecord:
+        top2 = scores.topk(2, dim=-1).values
+        gaps = [float((top2[:, 0] - top2[:, 1]).min()) * (temperature if temperature > 0 else 1.0)]
+        scaled = confidence.clamp_min(1e-300).log() if self.confidence in _LOG_SCALED else confidence
+        margin = math.inf
+        if confidence.numel() > 1:
+            best2 = confidence.topk(2).values
+            margin = float(best2[0] - best2[1])
+            scaled2 = scaled.topk(2).values
+            gaps.append(float(scaled2[0] - scaled2[1]))
+        if self.tau is not None and (self.confidence not in _LOG_SCALED or self.tau > 0):
+            tau = math.log(self.tau) if self.confidence in _LOG_SCALED else self.tau
+            others = scaled[torch.arange(scaled.numel(), device=scaled.device) != confidence.argmax()]
+            if others.numel():
+                gaps.append(float((others - tau).abs().min()))
+        return StepRecord(margin, min(gaps))
+
+
+def parse_rule(text: str, family: FamilySpec, mask_id: int) -> Rule:
+    """"top1" or "threshold:TAU", with the family's confidence and strictness conventions."""
+    name, _, arg = text.partition(":")
+    if name == "top1" and not arg:
+        return Rule("top1", mask_id, family.confidence)
+    if name == "threshold":
+        try:
+            tau = float(arg)
+        except ValueError:
+            raise UserError(f"bad rule {text!r}: the threshold needs a number, e.g. threshold:0.9") from None
+        if not math.isfinite(tau):
+            raise UserError(f"bad rule {text!r}: tau must be finite")
+        return Rule("threshold", mask_id, family.confidence, tau, family.threshold_strict)
+    raise UserError(f"unknown rule {text!r}; use top1 or threshold:TAU (e.g. threshold:0.9)")

@@ -1,0 +1,72 @@
+"""The speculative loop (DESIGN.md section 3), identical for every proposer.
+
+Each pass: the proposer drafts a tree from the stale view; the root and every node are evaluated in
+ONE target pass; the verifier walks from the root, computing the target's own transition with the
+rule and the noise of step s + depth, and moves to the child whose transition equals it (state
+equality); it commits the walked transitions plus the final one (the bonus). The proposer only
+chooses which states get evaluated, never what is committed, so the output equals plain decoding's
+whenever a state's logits do not depend on the batch it was evaluated in (exactness mode).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import Tensor
+
+from harness.decoding.generation import DecodeConfig, Generation
+from harness.decoding.metrics import Metrics
+from harness.decoding.noise import NoiseSource
+from harness.decoding.rules import Transition
+from harness.decoding.tree import DraftRequest, Proposer, prepare
+from harness.targets.target import DLMTarget
+
+
+def speculative_decode(
+    target: DLMTarget, prompt_ids: list[int] | Tensor, proposer: Proposer, config: DecodeConfig, budget: int
+) -> Generation:
+    if budget < 0:
+        raise ValueError(f"the draft budget must be >= 0, got {budget}")
+    rule, temperature, size, mask_id = config.rule, config.temperature, config.block_length, target.mask_id
+    session = target.start(prompt_ids, config.gen_length, size)
+    noise = NoiseSource(config.seed, size, target.vocab_size) if temperature > 0 else None
+    metrics = Metrics(accepted_per_depth=[0] * budget)
+    steps: list[Transition] = []
+    pass_commits: list[int] = []
+    state = torch.full((size,), mask_id, dtype=torch.long)
+    stale: Tensor | None = None
+    start = time.perf_counter()
+    while True:
+        root_step = len(steps)
+        if noise:
+            noise.forget_before(root_step)
+        before = time.perf_counter()
+        draft = proposer.propose(DraftRequest(stale, state, root_step, noise, rule, temperature, budget))
+        metrics.proposer_s += time.perf_counter() - before
+        tree = prepare(draft, state, mask_id, budget)
+        before = time.perf_counter()
+        logits = session.forward(tree.states)
+        metrics.target_s += time.perf_counter() - before
+        row: int | None = 0
+        while row is not None:  # walk: the target's transition at each row, then its matching child
+            current = row
+            transition = rule(logits.current[row], tree.states[row], noise(len(steps)) if noise else None, temperature)
+            steps.append(transition)
+            row = tree.child(row, transition)
+            if row is not None:
+                metrics.accepted_per_depth[len(steps) - root_step - 1] += 1
+        metrics.draft_nodes += tree.states.shape[0] - 1
+        pass_commits.append(len(steps) - root_step)
+        state = transition.apply(tree.states[current])
+        if bool((state != mask_id).all()):
+            session.finish_block(state)
+            if bool((state == target.eos_id).any()) or session.block_index == session.num_blocks:
+                break
+            stale = None if logits.following is None else logits.following[current]
+            state = torch.full((size,), mask_id, dtype=torch.long)
+        else:
+            stale = logits.current[current]
+    metrics.wall_s = time.perf_counter() - start
+    metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(steps)
+    return Generation(session.answer(), steps, pass_commits, None, metrics, target.eos_id)

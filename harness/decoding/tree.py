@@ -1,0 +1,106 @@
+"""Draft trees and the proposer interface the speculative loop calls.
+
+A draft tree holds candidate future states of the current block: node j has a parent (0 is the root,
+j+1 is node j, so parents come first) and one transition that the proposer expects the target to
+commit from the parent's state. Trees are general (any branching), so chain proposers and tree
+proposers (SPOT, Spiffy) share one verifier.
+
+The `Proposer` protocol lives here, beside the loop that calls it, because dependencies point
+downward (`proposers -> harness`); `proposers` re-exports it. A proposer sees only what the
+request carries: never the target's current logits, so it cannot change what gets committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from harness.decoding.noise import NoiseSource
+from harness.decoding.rules import Rule, Transition
+
+
+@dataclass(frozen=True)
+class DraftNode:
+    parent: int
+    """0 for the root, j + 1 for node j of the same tree."""
+    transition: Transition
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    nodes: tuple[DraftNode, ...] = ()
+
+    @staticmethod
+    def chain(transitions: list[Transition]) -> DraftTree:
+        return DraftTree(tuple(DraftNode(j, t) for j, t in enumerate(transitions)))
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    """Everything a proposer may look at for one speculative pass."""
+
+    stale: Tensor | None
+    """[B, V] the target's last logits for this block (a parent of the root), None if there are none."""
+    root: Tensor
+    """[B] the current state of the block."""
+    step: int
+    """Global commit step of the root: the node at depth d is verified with noise(step + d)."""
+    noise: NoiseSource | None
+    """The generation's noise (None at T=0)."""
+    rule: Rule
+    temperature: float
+    budget: int
+    """Most draft nodes the pass will evaluate; extra nodes are dropped."""
+
+
+class Proposer(Protocol):
+    def propose(self, request: DraftRequest) -> DraftTree: ...
+
+
+@dataclass
+class PreparedTree:
+    """A validated tree as the verifier needs it: row states and a child lookup."""
+
+    states: Tensor
+    """[1 + nodes, B]: the root, then each kept node's state."""
+    children: dict[tuple[int, Transition], int]
+    """(row, transition) -> the child's row."""
+
+    def child(self, row: int, transition: Transition) -> int | None:
+        return self.children.get((row, transition))
+
+
+def prepare(tree: DraftTree, root: Tensor, mask_id: int, budget: int) -> PreparedTree:
+    """Validate a proposer's tree against the root state and lay out its rows.
+
+    Nodes beyond the budget are truncated, and so is a node that would leave no masked position (its
+    parent's bonus commit gives the same result without the row) or repeats a sibling; descendants
+    of a dropped node go with it. A node that is structurally wrong (parent not before it, empty
+    transition, a position outside the block or not masked in the parent) is a proposer bug:
+    ValueError.
+    """
+    if not tree.nodes or budget <= 0:
+        return PreparedTree(root[None], {})
+    size = root.numel()
+    states = [root]
+    children: dict[tuple[int, Transition], int] = {}
+    row_of = {0: 0}
+    for index, node in enumerate(tree.nodes[:budget], start=1):
+        positions = node.transition.positions
+        if not 0 <= node.parent < index or not positions or not 0 <= positions[0] <= positions[-1] < size:
+            raise ValueError(f"invalid draft node {index - 1}: {node}")
+        parent_row = row_of.get(node.parent)
+        if parent_row is None:
+            continue
+        parent = states[parent_row]
+        if not bool((parent[list(positions)] == mask_id).all()):
+            raise ValueError(f"draft node {index - 1} commits a position its parent already holds: {node}")
+        key = (parent_row, node.transition)
+        if key in children or len(positions) == int((parent == mask_id).sum()):
+            continue
+        row_of[index] = children[key] = len(states)
+        states.append(node.transition.apply(parent))
+    return PreparedTree(torch.stack(states), children)
