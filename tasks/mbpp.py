@@ -1,0 +1,74 @@
+"""MBPP: short Python functions checked by three asserts, pass@1 by execution in the sandbox.
+
+Splits by task_id as published: prompt 1-10, test 11-510, validation 511-600, train 601-974. The
+prompt is lm-evaluation-harness's 3-shot `mbpp` format (tasks 2, 3 and 4 as examples, code between
+`[BEGIN]` and `[DONE]`); the tests are the task's `test_list`, after its `test_setup_code` (which
+uses names the solution defines, so it must run after the solution).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tasks import data, metrics
+from tasks.answers import code_block
+from tasks.base import Sample, SelfCheck, cut, render, self_check
+
+SOURCE = data.Source("mbpp.jsonl", "google-research-datasets/mbpp", "full",
+                     "train+test+validation+prompt")
+SPLITS = {"test": range(11, 511), "train": range(601, 975), "validation": range(511, 601),
+          "prompt": range(1, 11)}
+FEWSHOT_IDS = (2, 3, 4)
+
+
+def header(row: dict[str, Any]) -> str:
+    tests = "\n".join(row["test_list"])
+    return (f"You are an expert Python programmer, and here is your task: {row['text']} "
+            f"Your code should pass these tests:\n\n{tests}\n")
+
+
+def clean(code: str) -> str:
+    return code.replace("\r\n", "\n").strip()
+
+
+@dataclass
+class MBPP:
+    name: str = "mbpp"
+    splits: tuple[str, ...] = tuple(SPLITS)
+    default_split: str = "test"
+    stop_strings: tuple[str, ...] = ("[DONE]",)
+    num_fewshot: int = 3
+    timeout_s: float = 10.0
+
+    def load(self, split: str | None = None, limit: int | None = None,
+             data_dir: str | None = None) -> list[Sample]:
+        split = split or self.default_split
+        rows = {row["task_id"]: row for row in data.load_rows(self.name, SOURCE, data_dir)}
+        shots = "".join(f"{header(rows[i])}[BEGIN]\n{clean(rows[i]['code'])}\n[DONE]\n\n"
+                        for i in FEWSHOT_IDS[: self.num_fewshot])
+        selected = [rows[i] for i in SPLITS[split] if i in rows][:limit]
+        return [
+            Sample(str(row["task_id"]), row["text"], clean(row["code"]),
+                   clean(row["test_setup_code"] + "\n" + "\n".join(row["test_list"])),
+                   {"header": shots + header(row)})
+            for row in selected
+        ]
+
+    def prompt(self, sample: Sample, tokenizer: Any = None) -> str:
+        text = sample.meta["header"]
+        return render(text, text + "[BEGIN]\n", tokenizer, prefill="[BEGIN]\n")
+
+    def score(self, samples: list[Sample], completions: list[str]) -> list[dict[str, Any]]:
+        programs = [code_block(cut(c, self.stop_strings)) for c in completions]
+        out = metrics.load("code_pass_at_1").compute(
+            predictions=programs, references=[s.reference for s in samples],
+            timeout_s=self.timeout_s)
+        return [{"correct": ok, "status": status, "stderr": err}
+                for ok, status, err in zip(out["passed"], out["status"], out["stderr"])]
+
+    def data_status(self, data_dir: str | None = None) -> str:
+        return data.status(SOURCE, data_dir)
+
+    def self_check(self, data_dir: str | None = None, limit: int | None = None) -> SelfCheck:
+        return self_check(self, data_dir, limit, allowed_failures=5)
