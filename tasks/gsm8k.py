@@ -28,6 +28,19 @@ def format_example(question: str, answer: str | None = None) -> str:
     return f"Question: {question}\nAnswer:" + (f" {answer}\n\n" if answer is not None else "")
 
 
+def score_numbers(samples: list[Sample], completions: list[str],
+                  stop_strings: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Strict (`correct`) and flexible number match, shared with the built-in `arith` task."""
+    out = metrics.load("gsm8k_match").compute(
+        predictions=[cut(c, stop_strings) for c in completions],
+        references=[s.reference for s in samples])
+    return [
+        {"correct": strict, "strict": strict, "flexible": flexible, "extracted": extracted}
+        for strict, flexible, extracted in zip(out["strict"], out["flexible"],
+                                               out["extracted_strict"])
+    ]
+
+
 @dataclass
 class GSM8K:
     name: str = "gsm8k"
@@ -41,7 +54,8 @@ class GSM8K:
         split = split or self.default_split
         rows = data.load_rows(self.name, SOURCES[split], data_dir)[:limit]
         samples = [
-            Sample(f"{split}/{i}", row["question"], row["answer"], reference_number(row["answer"]))
+            Sample(f"{split}/{i}", row["question"], " " + row["answer"],
+                   reference_number(row["answer"]))
             for i, row in enumerate(rows)
         ]
         if self.num_fewshot and split == "test":
@@ -56,14 +70,7 @@ class GSM8K:
         return render(f"{INSTRUCTION}\n\n{text}", text, tokenizer)
 
     def score(self, samples: list[Sample], completions: list[str]) -> list[dict[str, Any]]:
-        answers = [cut(c, self.stop_strings) for c in completions]
-        out = metrics.load("gsm8k_match").compute(
-            predictions=answers, references=[s.reference for s in samples])
-        return [
-            {"correct": strict, "strict": strict, "flexible": flexible, "extracted": extracted}
-            for strict, flexible, extracted in zip(out["strict"], out["flexible"],
-                                                   out["extracted_strict"])
-        ]
+        return score_numbers(samples, completions, self.stop_strings)
 
     def data_status(self, data_dir: str | None = None) -> str:
         return data.status(SOURCES[self.default_split], data_dir)
