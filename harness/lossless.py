@@ -1,0 +1,101 @@
+"""The lossless check: is a speculative generation token for token the plain one?
+
+It compares two generations of the same prompt, seed, rule and temperature. In exactness mode
+(`target.exact()`: float64, rows evaluated one by one) any divergence is a bug. In a fast mode
+(float32/bf16, batched rows) a state's logits may change in the last bits with the batch it was
+evaluated in, so a decision that was a near-tie can flip; the check then reports where the arms first
+diverge and how close the plain arm's decision was at that step:
+
+- `confidence_margin`: the top-1 minus top-2 confidence over the masked positions at that step;
+- `decision_gap`: the smallest gap of any decision the rule made at that step, roughly in logit
+  units (see `StepRecord`). The divergence is a near-tie when it is below the tolerance of the
+  target's dtype (`NEAR_TIE`), otherwise a logic error.
+
+The tolerances sit orders of magnitude above the batch-shape effects of each dtype (float32 on the
+tiny targets: <= 3e-7 in logits) and far below the gaps of typical decisions, so a flip at a real
+decision is never excused. A divergence past the end of the plain trajectory, or in the tokens but
+not in the trajectory, has no record and is a logic error.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from harness.decoding import Generation
+
+NEAR_TIE: dict[torch.dtype, float] = {
+    torch.float64: 1e-9,
+    torch.float32: 1e-4,
+    torch.float16: 2e-2,
+    torch.bfloat16: 1e-1,
+}
+
+
+@dataclass(frozen=True)
+class Divergence:
+    token: int | None
+    """First index in the committed tokens where the arms differ; None when the answers are equal
+    but the commit order was not (still a failure: the trajectory must match too)."""
+    step: int | None
+    """First global commit step whose transition differs; None when the trajectories agree but the
+    committed tokens do not (they are not the trajectory's: always a logic error)."""
+    confidence_margin: float | None
+    decision_gap: float | None
+    near_tie: bool
+
+
+@dataclass(frozen=True)
+class LosslessReport:
+    exact: bool
+    divergence: Divergence | None
+    tolerance: float
+
+    @property
+    def verdict(self) -> Literal["exact", "near-tie", "logic-error"]:
+        if self.divergence is None:
+            return "exact"
+        return "near-tie" if self.divergence.near_tie else "logic-error"
+
+    def as_dict(self) -> dict:
+        first = None
+        if self.divergence is not None:
+            d = self.divergence
+            first = {"token": d.token, "step": d.step, "confidence_margin": _finite(d.confidence_margin),
+                     "decision_gap": _finite(d.decision_gap), "near_tie": d.near_tie}
+        return {"exact": self.exact, "verdict": self.verdict, "first_divergence": first,
+                "near_tie_tolerance": self.tolerance}
+
+
+def near_tie_tolerance(dtype: torch.dtype) -> float:
+    return NEAR_TIE.get(dtype, NEAR_TIE[torch.bfloat16])
+
+
+def check_lossless(plain: Generation, spec: Generation, tolerance: float = NEAR_TIE[torch.float32]) -> LosslessReport:
+    """Compare `spec` with the reference `plain` (which must carry its per-step records)."""
+    if plain.records is None:
+        raise ValueError("the reference must be a plain generation (it carries the per-step records)")
+    step = _first_difference(plain.steps, spec.steps)
+    token = _first_difference(plain.tokens.tolist(), spec.tokens.tolist())
+    if step is None and token is None:
+        return LosslessReport(True, None, tolerance)
+    record = plain.records[step] if step is not None and step < len(plain.records) else None
+    margin = record.confidence_margin if record else None
+    gap = record.decision_gap if record else None
+    near_tie = gap is not None and gap < tolerance
+    return LosslessReport(False, Divergence(token, step, margin, gap, near_tie), tolerance)
+
+
+def _first_difference(a: list, b: list) -> int | None:
+    for index, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return index
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _finite(value: float | None) -> float | None:
+    """JSON has no infinity: an unbounded margin (one masked position left) is reported as null."""
+    return value if value is not None and math.isfinite(value) else None

@@ -1,0 +1,133 @@
+"""Commit rules: candidates, confidence conventions, tie-breaking, threshold strictness."""
+
+import math
+
+import pytest
+import torch
+
+from harness.decoding import Rule, Transition, parse_rule
+from harness.errors import UserError
+from harness.targets.families import FAMILIES
+
+MASK = 9
+V = 10
+
+
+def block(rows: list[list[float]]) -> torch.Tensor:
+    """Logits [B, V]: each row's listed values on the first tokens, -30 elsewhere."""
+    out = torch.full((len(rows), V), -30.0, dtype=torch.float64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.float64)
+    return out
+
+
+def probs(*values: float) -> list[float]:
+    """Logits whose softmax over the listed tokens is `values` (the rest is negligible)."""
+    return [math.log(v) for v in values]
+
+
+def masks(n: int) -> torch.Tensor:
+    return torch.full((n,), MASK)
+
+
+def top1(confidence: str = "prob") -> Rule:
+    return Rule("top1", MASK, confidence)
+
+
+def test_transition_is_hashable_sorted_and_applies():
+    t = Transition((1, 3), (5, 6))
+    assert t == Transition((1, 3), (5, 6)) and hash(t) == hash(Transition((1, 3), (5, 6)))
+    assert t.apply(masks(4)).tolist() == [MASK, 5, MASK, 6]
+    for bad in (((3, 1), (5, 6)), ((1, 1), (5, 6)), ((1,), (5, 6))):
+        with pytest.raises(ValueError):
+            Transition(*bad)
+
+
+def test_top1_picks_most_confident_masked_position():
+    logits = block([probs(0.5, 0.5), probs(0.9, 0.1), probs(0.2, 0.8)])
+    assert top1()(logits, masks(3), None, 0.0) == Transition((1,), (0,))
+    state = masks(3)
+    state[1] = 4  # position 1 is committed: the rule ignores it
+    assert top1()(logits, state, None, 0.0) == Transition((2,), (1,))
+
+
+def test_ties_lowest_token_and_lowest_position():
+    logits = block([[0.0, 1.0, 1.0], [0.0, 1.0, 1.0]])
+    assert top1()(logits, masks(2), None, 0.0) == Transition((0,), (1,))
+
+
+def test_mask_token_is_never_a_candidate():
+    logits = block([[0.0, 1.0]])
+    logits[0, MASK] = 50.0
+    assert top1()(logits, masks(1), None, 0.0) == Transition((0,), (1,))
+
+
+def test_temperature_adds_gumbel_noise():
+    logits = block([[2.0, 1.0, 0.0]])
+    noise = torch.zeros(1, V, dtype=torch.float64)
+    assert top1()(logits, masks(1), noise, 1.0).tokens == (0,)
+    noise[0, 2] = 2.5  # 0/T + 2.5 > 2/T
+    assert top1()(logits, masks(1), noise, 1.0).tokens == (2,)
+    assert top1()(logits, masks(1), noise, 0.5).tokens == (0,)  # 4 > 2.5
+    assert top1()(logits, masks(1), noise, 0.0).tokens == (0,)  # T=0 ignores noise
+    with pytest.raises(ValueError):
+        top1()(logits, masks(1), None, 1.0)
+
+
+def test_confidence_conventions_rank_differently():
+    # position 0: p = (0.5, 0.45): high prob, low margin; position 1: p = (0.4, 0.1, 0.1, ...)
+    rows = [probs(0.5, 0.45, 0.05), probs(0.4, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1)]
+    logits = block(rows)
+    assert top1("prob")(logits, masks(2), None, 0.0).positions == (0,)
+    assert top1("tempered_prob")(logits, masks(2), None, 0.0).positions == (0,)
+    assert top1("margin")(logits, masks(2), None, 0.0).positions == (1,)
+    # entropy: row 0 ~0.86 nats, row 1 ~1.79 nats -> row 0 is more confident
+    assert top1("neg_entropy")(logits, masks(2), None, 0.0).positions == (0,)
+
+
+def test_prob_is_untempered_and_tempered_prob_is_not():
+    # untempered: row 0 p=0.73, row 1 p=0.45; at T=0.25: row 0 p=0.982, row 1 p=0.997
+    logits = block([[1.0, 0.0], [10.0] + [8.0] * 9])
+    noise = torch.zeros(2, V, dtype=torch.float64)
+    assert top1("prob")(logits, masks(2), noise, 0.25).positions == (0,)
+    assert top1("tempered_prob")(logits, masks(2), noise, 0.25).positions == (1,)
+    assert top1("tempered_prob")(logits, masks(2), noise, 0.0).positions == (0,)
+
+
+def test_threshold_commits_top1_plus_confident_positions():
+    logits = block([probs(0.3, 0.7), probs(0.95, 0.05), probs(0.6, 0.4), probs(0.5, 0.5)])
+    rule = Rule("threshold", MASK, "prob", tau=0.65)
+    assert rule(logits, masks(4), None, 0.0) == Transition((0, 1), (1, 0))
+    high = Rule("threshold", MASK, "prob", tau=0.99)  # nobody passes: still the top-1
+    assert high(logits, masks(4), None, 0.0) == Transition((1,), (0,))
+
+
+def test_threshold_strict_vs_non_strict_at_equality():
+    logits = block([[0.0, 0.0], [5.0, 0.0]])
+    at_tau = logits[0].log_softmax(-1).exp()[0].item()  # the confidence of position 0, exactly
+    loose = Rule("threshold", MASK, "prob", tau=at_tau, strict=False)
+    strict = Rule("threshold", MASK, "prob", tau=at_tau, strict=True)
+    assert loose(logits, masks(2), None, 0.0).positions == (0, 1)
+    assert strict(logits, masks(2), None, 0.0).positions == (1,)
+
+
+def test_explain_agrees_with_call_and_measures_the_margin():
+    logits = block([probs(0.6, 0.4), probs(0.9, 0.1)])
+    rule = top1()
+    transition, record = rule.explain(logits, masks(2), None, 0.0)
+    assert transition == rule(logits, masks(2), None, 0.0)
+    assert record.confidence_margin == pytest.approx(0.3)
+    assert record.decision_gap == pytest.approx(min(math.log(0.9 / 0.6), math.log(0.6 / 0.4)))
+    single = rule.explain(logits, Transition((1,), (0,)).apply(masks(2)), None, 0.0)[1]
+    assert single.confidence_margin == math.inf
+
+
+def test_parse_rule_uses_family_conventions():
+    rule = parse_rule("threshold:0.9", FAMILIES["llada2"], 5)
+    assert (rule.name, rule.tau, rule.strict, rule.mask_id) == ("threshold", 0.9, True, 5)
+    assert not parse_rule("threshold:0.9", FAMILIES["llada"], 5).strict
+    assert parse_rule("top1", FAMILIES["dream"], 5).confidence == "tempered_prob"
+    assert str(rule) == "threshold:0.9"
+    for bad in ("top2", "threshold", "threshold:x", "threshold:nan", "top1:0.5"):
+        with pytest.raises(UserError):
+            parse_rule(bad, FAMILIES["llada"], 5)

@@ -1,0 +1,171 @@
+"""The exactness claim, property-tested: speculative decoding reproduces plain decoding token for
+token in exactness mode, for every family, seed, temperature, rule, budget and proposer."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.decoding import DecodeConfig, DraftTree, Generation, gumbel, parse_rule, plain_decode, speculative_decode
+from harness.lossless import check_lossless, near_tie_tolerance
+from harness.targets.registry import load_target
+from harness.targets.target import DLMTarget
+from proposers import PROPOSERS, build_proposer
+
+FAMILIES = ["llada", "dream", "sdar", "llada2"]
+PROMPTS = [list(b"Q: 2+2=?\nA:"), list(b"hi"), list(b"The quick brown fox")]
+GEOMETRIES = [(16, 8), (24, 8), (16, 4)]
+
+
+@functools.cache
+def exact_target(family: str) -> DLMTarget:
+    return load_target(f"tiny-random:{family}").exact()
+
+
+@functools.cache
+def rule_text(family: str, kind: str, temperature: float) -> str:
+    """top1, or a threshold at the median confidence of one block's top1 decisions at this
+    temperature, so that transitions of several positions occur."""
+    if kind == "top1":
+        return "top1"
+    target = exact_target(family)
+    rule = parse_rule("top1", target.family, target.mask_id)
+    tempered = temperature if temperature > 0 and rule.confidence == "tempered_prob" else 1.0
+    state = torch.full((8,), target.mask_id)
+    logits = target.start(PROMPTS[0], 8, 8).forward(state[None]).current[0]
+    confidences = []
+    for step in range(8):
+        noise = gumbel(0, step, 8, target.vocab_size) if temperature > 0 else None
+        transition = rule(logits, state, noise, temperature)
+        probs = (logits[transition.positions[0]].double() / tempered).softmax(-1)
+        confidences.append(probs[transition.tokens[0]].item())
+        state = transition.apply(state)
+    return f"threshold:{sorted(confidences)[4]!r}"
+
+
+def config(family: str, kind: str, temperature: float, seed: int, geometry: tuple[int, int]) -> DecodeConfig:
+    target = exact_target(family)
+    rule = parse_rule(rule_text(family, kind, temperature), target.family, target.mask_id)
+    return DecodeConfig(rule, geometry[0], geometry[1], temperature, seed)
+
+
+@functools.cache
+def plain(family: str, prompt: int, kind: str, temperature: float, seed: int, geometry: tuple[int, int]) -> Generation:
+    return plain_decode(exact_target(family), PROMPTS[prompt], config(family, kind, temperature, seed, geometry))
+
+
+def block_ends(steps, block_length: int) -> list[int]:
+    """For each step, the index of the step that completes its block."""
+    ends, filled, start = [0] * len(steps), 0, 0
+    for index, transition in enumerate(steps):
+        filled += len(transition.positions)
+        if filled == block_length:
+            ends[start : index + 1] = [index] * (index + 1 - start)
+            filled, start = 0, index + 1
+    return ends
+
+
+def check_accounting(spec: Generation) -> None:
+    m = spec.metrics
+    assert sum(spec.pass_commits) == m.commits == len(spec.steps)
+    assert len(spec.pass_commits) == m.nfe and min(spec.pass_commits) >= 1
+    assert sum(m.accepted_per_depth) == m.commits - m.nfe
+    assert m.rows == m.nfe + m.draft_nodes
+    assert m.mean_accept_len == m.commits / m.nfe
+    assert 0 <= m.target_s + m.proposer_s <= m.wall_s
+
+
+@settings(max_examples=70, deadline=None)
+@given(
+    family=st.sampled_from(FAMILIES),
+    prompt=st.integers(0, len(PROMPTS) - 1),
+    seed=st.integers(0, 2**32),
+    temperature=st.sampled_from([0.0, 0.7, 1.0]),
+    kind=st.sampled_from(["top1", "threshold"]),
+    budget=st.integers(0, 16),
+    proposer=st.sampled_from(sorted(PROPOSERS)),
+    geometry=st.sampled_from(GEOMETRIES),
+)
+def test_speculative_equals_plain_in_exactness_mode(family, prompt, seed, temperature, kind, budget, proposer, geometry):
+    target = exact_target(family)
+    reference = plain(family, prompt, kind, temperature, seed, geometry)
+    cfg = config(family, kind, temperature, seed, geometry)
+    spec = speculative_decode(target, PROMPTS[prompt], build_proposer(proposer, target, reference), cfg, budget)
+    report = check_lossless(reference, spec, near_tie_tolerance(torch.float64))
+    assert report.exact, report
+    assert spec.steps == reference.steps and torch.equal(spec.tokens, reference.tokens)
+    check_accounting(spec)
+    assert spec.metrics.nfe <= reference.metrics.nfe
+    if proposer == "oracle":
+        ends, size = block_ends(reference.steps, cfg.block_length), cfg.block_length
+        pass_start = 0
+        for commits in spec.pass_commits:
+            assert commits == min(budget + 1, ends[pass_start] - pass_start + 1)
+            pass_start += commits
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+@pytest.mark.parametrize("kind", ["top1", "threshold"])
+def test_budget_zero_is_plain_decoding_with_the_same_nfe(family, temperature, kind):
+    target = exact_target(family)
+    reference = plain(family, 0, kind, temperature, 11, (16, 8))
+    cfg = config(family, kind, temperature, 11, (16, 8))
+    spec = speculative_decode(target, PROMPTS[0], build_proposer("confidence", target, reference), cfg, 0)
+    assert spec.steps == reference.steps and torch.equal(spec.tokens, reference.tokens)
+    assert spec.metrics.nfe == reference.metrics.nfe == spec.metrics.rows
+    assert spec.metrics.accepted_per_depth == [] and spec.pass_commits == [1] * len(spec.steps)
+
+
+class Recorder:
+    """Drafts nothing; remembers what each request showed."""
+
+    def __init__(self):
+        self.requests = []
+
+    def propose(self, request):
+        self.requests.append(request)
+        return DraftTree()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_stale_view_across_block_boundaries(family):
+    """Full-attention targets hand the next block's logits over as its first stale view;
+    block-causal ones have none (their first pass of a block is also its KV-store pass)."""
+    target = exact_target(family)
+    recorder = Recorder()
+    cfg = config(family, "top1", 0.0, 0, (16, 8))
+    spec = speculative_decode(target, PROMPTS[0], recorder, cfg, 4)
+    stale = [r.stale for r in recorder.requests]
+    assert [r.step for r in recorder.requests] == list(range(16))
+    assert stale[0] is None and all(s.shape == (8, target.vocab_size) for s in stale[1:8] + stale[9:])
+    assert (stale[8] is None) == target.family.caches_finished_blocks
+    # with nothing drafted, the stale view of pass k + 1 is the plain decoder's logits at step k
+    session = target.start(PROMPTS[0], 16, 8)
+    state = torch.full((8,), target.mask_id)
+    for step in range(3):
+        logits = session.forward(state[None]).current[0]
+        assert torch.equal(logits, stale[step + 1])
+        state = spec.steps[step].apply(state)
+
+
+@pytest.mark.parametrize("family", ["llada", "sdar"])
+def test_generation_stops_after_the_first_block_with_an_eos(family):
+    base = exact_target(family)
+    reference = plain(family, 0, "top1", 1.0, 3, (24, 8))
+    eos = int(reference.tokens[11])  # a token committed in the second block
+    target = DLMTarget(base.model, base.family, base.mask_id, eos, base.tokenizer, rowwise=True)
+    cfg = config(family, "top1", 1.0, 3, (24, 8))
+    first_block = 0 if eos in reference.tokens[:8].tolist() else 1
+    for generation in (
+        plain_decode(target, PROMPTS[0], cfg),
+        speculative_decode(target, PROMPTS[0], build_proposer("oracle", target, reference), cfg, 6),
+    ):
+        assert generation.tokens.numel() == 8 * (first_block + 1)
+        ids = generation.tokens.tolist()
+        assert generation.answer_ids == ids[: ids.index(eos)]
+        assert generation.steps == reference.steps[: len(generation.steps)]
