@@ -1,0 +1,54 @@
+import json
+from pathlib import Path
+
+import pytest
+
+import tasks
+from harness.errors import UserError
+from tasks import data
+from tasks.registry import get_task
+
+
+def test_data_dir_precedence(monkeypatch, tmp_path):
+    monkeypatch.delenv(data.DATA_ENV, raising=False)
+    default, how = data.data_dir()
+    assert how == "default"
+    assert default == Path(tasks.__file__).resolve().parents[1].parent / "shared" / "data"
+    monkeypatch.setenv(data.DATA_ENV, str(tmp_path / "env"))
+    assert data.data_dir() == (tmp_path / "env", f"${data.DATA_ENV}")
+    assert data.data_dir(tmp_path / "flag") == (tmp_path / "flag", "--data-dir")
+
+
+def test_offline_means_no_hub(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data.hub_reachable.cache_clear()
+    try:
+        assert data.hub_offline() and not data.hub_reachable()
+    finally:
+        data.hub_reachable.cache_clear()
+
+
+@pytest.mark.parametrize("name", ["gsm8k", "math500", "mbpp", "humaneval"])
+def test_missing_data_is_one_clear_user_error(monkeypatch, tmp_path, name):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data.hub_reachable.cache_clear()
+    try:
+        with pytest.raises(UserError) as error:
+            get_task(name).load(data_dir=str(tmp_path))
+        assert get_task(name).data_status(str(tmp_path)) == "missing"
+    finally:
+        data.hub_reachable.cache_clear()
+    message = str(error.value)
+    assert f"task {name}" in message and str(tmp_path) in message
+    assert "--data-dir" in message and data.DATA_ENV in message and "\n" not in message
+
+
+def test_local_files_load_from_the_given_data_dir(tmp_path):
+    rows = [{"question": f"What is {i} + 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"}
+            for i in range(3)]
+    (tmp_path / "gsm8k_test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = get_task("gsm8k")
+    task.num_fewshot = 0
+    samples = task.load(data_dir=str(tmp_path))
+    assert [s.reference for s in samples] == ["1", "2", "3"]
+    assert task.data_status(str(tmp_path)).startswith("local ")

@@ -1,0 +1,28 @@
+import pytest
+
+from harness.errors import UserError
+from tasks.base import Task
+from tasks.registry import DEFAULT_TASK, get_task, task_names
+
+
+def test_registry_has_the_five_tasks():
+    assert set(task_names()) == {"arith", "gsm8k", "math500", "mbpp", "humaneval"}
+    assert DEFAULT_TASK in task_names()
+
+
+@pytest.mark.parametrize("name", ["arith", "gsm8k", "math500", "mbpp", "humaneval"])
+def test_every_task_follows_the_protocol(name, chat_tokenizer):
+    task = get_task(name)
+    assert isinstance(task, Task) and task.name == name
+    assert task.default_split in task.splits and task.stop_strings
+    samples = task.load(limit=3)
+    assert len(samples) == 3 and len({s.sample_id for s in samples}) == 3
+    assert [s.sample_id for s in task.load(limit=3)] == [s.sample_id for s in samples]
+    raw, chat = task.prompt(samples[0]), task.prompt(samples[0], chat_tokenizer)
+    assert raw and chat.startswith("<|user|>") and "<|assistant|>" in chat
+    assert not any(stop in raw[-40:] for stop in task.stop_strings if stop.strip())
+
+
+def test_unknown_task_is_a_user_error():
+    with pytest.raises(UserError, match="known tasks: arith"):
+        get_task("nope")
