@@ -15,6 +15,7 @@ from harness.errors import UserError
 
 COMMAND_MODULES = [
     "harness.commands.inspect_target",
+    "harness.commands.decode",
     "harness.commands.tasks_cmd",
 ]
 

@@ -1,0 +1,124 @@
+"""`spotbench decode`: prompts through plain and speculative decoding, side by side, with the verdict.
+
+Each prompt is decoded twice with the same seed: plain (the reference) and speculative with the
+chosen proposer and budget; the lossless check compares them. Exit status: 0 when every prompt is
+lossless (exact, or in a fast mode a near-tie flip), 1 when a divergence is a logic error or, with
+--exact, when there is any divergence at all; 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from harness.errors import UserError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "decode", help="decode prompts plainly and speculatively and check that the outputs are equal"
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="one prompt (raw text, no chat template)")
+    source.add_argument("--prompts", type=Path, help="a file with one prompt per line")
+    parser.add_argument("--model", default="tiny-random:sdar", help="target: tiny-random:<family>[:seed] or a checkpoint folder")
+    parser.add_argument("--proposer", default="confidence", help="oracle, confidence, confidence-branch")
+    parser.add_argument("--budget", type=int, default=8, help="most draft nodes per pass (0 = plain decoding)")
+    parser.add_argument("--rule", default="top1", help="top1 or threshold:TAU")
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gen-length", type=int, default=64)
+    parser.add_argument("--block-length", type=int, default=16)
+    parser.add_argument("--exact", action="store_true", help="exactness mode: float64, rows one by one")
+    parser.add_argument("--near-tie", type=float, default=None,
+                        help="tolerance below which a divergence is a near-tie (default: by the target's dtype)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per prompt")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.decoding import DecodeConfig, plain_decode, parse_rule, speculative_decode
+    from harness.lossless import check_lossless, near_tie_tolerance
+    from harness.targets.registry import load_target
+    from proposers import PROPOSERS, build_proposer
+
+    prompts = read_prompts(args)
+    if args.proposer not in PROPOSERS:
+        raise UserError(f"unknown proposer {args.proposer!r}; choose one of: {', '.join(PROPOSERS)}")
+    if args.budget < 0:
+        raise UserError(f"--budget must be >= 0, got {args.budget}")
+    target = load_target(args.model)
+    if args.exact:
+        target = target.exact()
+    if target.tokenizer is None:
+        raise UserError(f"target {args.model!r} has no tokenizer to encode text prompts")
+    rule = parse_rule(args.rule, target.family, target.mask_id)
+    config = DecodeConfig(rule, args.gen_length, args.block_length, args.temperature, args.seed)
+    tolerance = args.near_tie if args.near_tie is not None else near_tie_tolerance(target.dtype)
+    status = 0
+    for index, text in enumerate(prompts):
+        ids = target.tokenizer.encode(text, add_special_tokens=False)
+        plain = plain_decode(target, ids, config)
+        spec = speculative_decode(target, ids, build_proposer(args.proposer, target, plain), config, args.budget)
+        report = check_lossless(plain, spec, tolerance)
+        if report.verdict == "logic-error" or (args.exact and not report.exact):
+            status = 1
+        result = {
+            "prompt": text,
+            "model": target.name,
+            "proposer": args.proposer,
+            "budget": args.budget,
+            "rule": str(rule),
+            "temperature": args.temperature,
+            "seed": args.seed,
+            "exact_mode": args.exact,
+            **report.as_dict(),
+            "speedup_nfe": plain.metrics.nfe / spec.metrics.nfe,
+            "speedup_wall": plain.metrics.wall_s / spec.metrics.wall_s,
+            "plain": plain.metrics.as_dict() | {"answer": target.tokenizer.decode(plain.answer_ids)},
+            "spec": spec.metrics.as_dict() | {"answer": target.tokenizer.decode(spec.answer_ids)},
+        }
+        print(json.dumps(result) if args.json else render(index, result))
+    return status
+
+
+def read_prompts(args: argparse.Namespace) -> list[str]:
+    if args.prompt is not None:
+        prompts = [args.prompt]
+    else:
+        try:
+            prompts = [line for line in args.prompts.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except OSError as error:
+            raise UserError(f"cannot read --prompts {args.prompts}: {error.strerror}") from None
+        except UnicodeDecodeError:
+            raise UserError(f"--prompts {args.prompts} is not UTF-8 text") from None
+    if not prompts or not all(p.strip() for p in prompts):
+        raise UserError("no prompt to decode: give a non-empty --prompt or a --prompts file with text lines")
+    return prompts
+
+
+ROWS = ["nfe", "rows", "commits", "mean_accept_len", "draft_nodes", "wall_s", "target_s", "proposer_s", "other_s"]
+
+
+def render(index: int, result: dict) -> str:
+    plain, spec = result["plain"], result["spec"]
+    lines = [f"prompt {index}: {result['prompt']!r}",
+             f"  {'metric':<18}{'plain':>12}{'spec':>12}"]
+    for key in ROWS:
+        lines.append(f"  {key:<18}{_cell(plain[key]):>12}{_cell(spec[key]):>12}")
+    lines.append(f"  {'accepted/depth':<18}{'':>12}  {spec['accepted_per_depth']}")
+    lines.append(f"  speedup_nfe {result['speedup_nfe']:.2f}x   speedup_wall {result['speedup_wall']:.2f}x")
+    divergence = result["first_divergence"]
+    verdict = result["verdict"]
+    if divergence:
+        verdict += (f" at step {divergence['step']}, token {divergence['token']}: confidence margin "
+                    f"{divergence['confidence_margin']}, decision gap {divergence['decision_gap']} "
+                    f"(near-tie below {result['near_tie_tolerance']:g})")
+    lines.append(f"  lossless: {verdict}")
+    lines.append(f"  answer: {plain['answer']!r}")
+    return "\n".join(lines)
+
+
+def _cell(value: float | int) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)

@@ -1,0 +1,56 @@
+"""`spotbench decode`: both arms side by side, the verdict, and one-line errors for bad input."""
+
+import json
+
+import pytest
+
+from harness.cli import main
+
+SMALL = ["--gen-length", "16", "--block-length", "8"]
+
+
+def test_json_has_both_arms_and_the_verdict(capsys, tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("What is 2+2?\n\nName a colour.\n")
+    status = main(["decode", "--model", "tiny-random:llada", "--proposer", "oracle", "--budget", "3",
+                   "--temperature", "1.0", "--prompts", str(prompts), "--exact", "--json", *SMALL])
+    assert status == 0
+    results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["prompt"] for r in results] == ["What is 2+2?", "Name a colour."]
+    for r in results:
+        assert r["exact"] is True and r["first_divergence"] is None
+        assert r["plain"]["nfe"] == 16 and r["spec"]["nfe"] == 4
+        assert r["spec"]["mean_accept_len"] == 4.0 and r["speedup_nfe"] == 4.0
+        assert r["plain"]["answer"] == r["spec"]["answer"]
+
+
+def test_table_output(capsys):
+    assert main(["decode", "--model", "tiny-random:sdar", "--prompt", "hi", "--rule", "threshold:0.5", *SMALL]) == 0
+    out = capsys.readouterr().out
+    assert "mean_accept_len" in out and "lossless: exact" in out and "speedup_nfe" in out
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--budget", "-1"], "--budget"),
+        (["--rule", "top3"], "unknown rule"),
+        (["--proposer", "nope"], "unknown proposer"),
+        (["--temperature", "-1"], "temperature"),
+        (["--gen-length", "20", "--block-length", "8"], "multiple"),
+        (["--model", "tiny-random:gpt"], "tiny-random:gpt"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, extra, message):
+    assert main(["decode", "--prompt", "hi", *SMALL, *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_missing_or_empty_prompts_file(capsys, tmp_path):
+    assert main(["decode", "--prompts", str(tmp_path / "missing.txt")]) == 2
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n")
+    assert main(["decode", "--prompts", str(empty)]) == 2
+    assert main(["decode", "--prompt", ""]) == 2
+    assert capsys.readouterr().err.count("spotbench: error:") == 3
