@@ -228,7 +228,9 @@ def _load_tokenizer(folder: Path) -> Any:
     from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerFast
 
     try:
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True, config=PretrainedConfig())
+        return AutoTokenizer.from_pretrained(
+            str(folder), local_files_only=True, config=PretrainedConfig()
+        )
     except Exception as error:  # transformers raises many types for an unusable folder
         if (folder / "tokenizer.json").is_file():
             return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
@@ -253,6 +255,8 @@ def _token_ids(
         if isinstance(value, list) and value:  # eos_token_id may list several stop tokens
             value = value[0]
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < cfg.vocab_size:
-            raise UserError(f"{path}: {key}={value!r} is not a token id below vocab size {cfg.vocab_size}")
+            raise UserError(
+                f"{path}: {key}={value!r} is not a token id below vocab size {cfg.vocab_size}"
+            )
         ids.append(value)
     return ids[0], ids[1]

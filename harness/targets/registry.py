@@ -19,4 +19,6 @@ def load_target(name: str) -> DLMTarget:
         return tiny_random_target(*parse_tiny_name(name))
     if Path(name).exists():
         return load_checkpoint(name)
-    raise UserError(f"unknown target {name!r}; use tiny-random:<family>[:seed] or an existing checkpoint folder")
+    raise UserError(
+        f"unknown target {name!r}; use tiny-random:<family>[:seed] or an existing checkpoint folder"
+    )

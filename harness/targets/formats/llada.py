@@ -36,11 +36,13 @@ def read_config(c: ConfigReader) -> ModelConfig:
     if kv_heads is None:
         kv_heads = 1 if c.raw.get("multi_query_attention") is True else heads
     intermediate = c.optional_int("mlp_hidden_size")
+    if intermediate is None:
+        intermediate = c.integer("mlp_ratio", 4) * hidden
     vocab = c.optional_int("embedding_size") or c.integer("vocab_size")
     return ModelConfig(
         vocab_size=vocab,
         hidden_size=hidden,
-        intermediate_size=intermediate if intermediate is not None else c.integer("mlp_ratio", 4) * hidden,
+        intermediate_size=intermediate,
         num_layers=c.integer("n_layers"),
         num_heads=heads,
         num_kv_heads=kv_heads,
