@@ -125,7 +125,9 @@ def problem(seed: int) -> Problem:
 @cache
 def generate(split: str, count: int) -> tuple[Problem, ...]:
     """The first `count` problems of a split (duplicates and, for train, test questions skipped)."""
-    excluded = {q for q, _, _ in generate("test", SPLIT_SIZES["test"])} if split == "train" else set()
+    excluded = set()
+    if split == "train":
+        excluded = {question for question, _, _ in generate("test", SPLIT_SIZES["test"])}
     seen: set[str] = set()
     out: list[Problem] = []
     seed = SPLIT_BASES[split]

@@ -41,7 +41,8 @@ class MATH500:
             predictions=[cut(c, self.stop_strings) for c in completions],
             references=[s.reference for s in samples], timeout_s=self.timeout_s,
             fast_path=fast_path)
-        return [{"correct": ok, "extracted": ex} for ok, ex in zip(out["correct"], out["extracted"])]
+        return [{"correct": ok, "extracted": extracted}
+                for ok, extracted in zip(out["correct"], out["extracted"])]
 
     def data_status(self, data_dir: str | None = None) -> str:
         return data.status(SOURCE, data_dir)

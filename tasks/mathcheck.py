@@ -32,7 +32,7 @@ def normalize(answer: str) -> str:
 def equivalent_many(pairs: list[tuple[str, str | None]], timeout_s: float = 10.0,
                     workers: int | None = None, fast_path: bool = True) -> list[bool]:
     """For each (gold, predicted) pair: is the prediction the same answer? None predicts nothing.
-    `fast_path=False` sends every pair to math-verify (the self-check uses it to test the slow path)."""
+    `fast_path=False` sends every pair to math-verify (the self-check uses it to exercise it)."""
     results = [fast_path and pred is not None and normalize(gold) == normalize(pred)
                for gold, pred in pairs]
     pending = [i for i, (ok, (_, pred)) in enumerate(zip(results, pairs)) if not ok and pred]
@@ -51,7 +51,8 @@ def equivalent_many(pairs: list[tuple[str, str | None]], timeout_s: float = 10.0
                     busy[worker.fd] = (worker, index, time.monotonic() + timeout_s)
                     selector.register(worker.fd, selectors.EVENT_READ)
                 deadline = min(d for _, _, d in busy.values())
-                ready = {key.fd for key, _ in selector.select(max(0.0, deadline - time.monotonic()))}
+                wait = max(0.0, deadline - time.monotonic())
+                ready = {key.fd for key, _ in selector.select(wait)}
                 for fd, (worker, index, due) in list(busy.items()):
                     if fd in ready or time.monotonic() > due:
                         selector.unregister(fd)

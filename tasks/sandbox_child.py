@@ -113,7 +113,8 @@ def main() -> None:
     nonce = job["nonce"].encode()
     root = os.path.realpath(os.getcwd())
     readable = tuple(
-        {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if p}
+        {os.path.realpath(p)
+         for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if p}
         | {"/usr/share/zoneinfo", "/etc/localtime"}
     )
     try:
