@@ -46,6 +46,7 @@ def load_checkpoint(folder: str | Path, dtype: torch.dtype = torch.float32) -> D
     raw = _read_json(folder / CONFIG, what="not a checkpoint folder")
     fmt = detect_format(raw, folder / CONFIG)
     cfg = fmt.read_config(ConfigReader(raw, folder / CONFIG))
+    _check_geometry(cfg, folder / CONFIG)
     tokenizer = _load_tokenizer(folder)
     mask_id, eos_id = _token_ids(raw, tokenizer, fmt, cfg, folder / CONFIG)
     with torch.device("meta"):
@@ -103,6 +104,20 @@ def _check_round_trip(fmt: CheckpointFormat, cfg: ModelConfig, raw: dict, path: 
     if differ:
         raise UserError(f"the {fmt.family} checkpoint format cannot express this model "
                         f"(it would change: {', '.join(differ)})")
+
+
+def _check_geometry(cfg: ModelConfig, path: Path) -> None:
+    """Sizes the forward pass needs to be consistent, refused here rather than failing mid-pass."""
+    rotary = int(cfg.head_dim * cfg.partial_rotary_factor)
+    problems = [
+        (cfg.num_kv_heads == 0 or cfg.num_heads % cfg.num_kv_heads != 0,
+         f"{cfg.num_heads} attention heads do not split into {cfg.num_kv_heads} key/value heads"),
+        (rotary <= 0 or rotary % 2 != 0 or rotary > cfg.head_dim,
+         f"rotary dimension {rotary} must be even and within head_dim {cfg.head_dim}"),
+    ]
+    for bad, message in problems:
+        if bad:
+            raise UserError(f"{path}: {message}")
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:

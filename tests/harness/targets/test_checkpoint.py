@@ -129,6 +129,8 @@ BAD = {
     "activation": ("llada", lambda d: _edit_config(d, activation_type="gelu") or d,
                    "config.json: unsupported activation_type='gelu'"),
     "dense bias": ("llada2", lambda d: _edit_config(d, use_bias=True) or d, "unsupported use_bias=True"),
+    "kv heads": ("sdar", lambda d: _edit_config(d, num_key_value_heads=3) or d,
+                 "config.json: 4 attention heads do not split into 3 key/value heads"),
     "missing key": ("dream", lambda d: _edit_config(d, hidden_size=None) or d,
                     "config.json: hidden_size must be a non-negative integer"),
     "shape mismatch": ("dream", lambda d: _edit_config(d, intermediate_size=40) or d,
