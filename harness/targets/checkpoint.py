@@ -47,7 +47,7 @@ def load_checkpoint(folder: str | Path, dtype: torch.dtype = torch.float32) -> D
     fmt = detect_format(raw, folder / CONFIG)
     cfg = fmt.read_config(ConfigReader(raw, folder / CONFIG))
     _check_geometry(cfg, folder / CONFIG)
-    tokenizer = _load_tokenizer(folder)
+    tokenizer = _load_tokenizer(folder, fmt.family)
     mask_id, eos_id = _token_ids(raw, tokenizer, fmt, cfg, folder / CONFIG)
     with torch.device("meta"):
         model = DLMTransformer(cfg)
@@ -236,19 +236,24 @@ def _write_weights(folder: Path, tensors: dict[str, Tensor], max_shard_bytes: in
     (folder / INDEX).write_text(json.dumps(index, indent=2) + "\n")
 
 
-def _load_tokenizer(folder: Path) -> Any:
-    """`AutoTokenizer` on the folder, offline and without remote code; checkpoints whose
-    tokenizer class lives in remote code still load when they ship a `tokenizer.json`. An empty
-    model config keeps transformers from parsing config.json, whose model_type it does not know."""
-    from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerFast
+def _load_tokenizer(folder: Path, family: str) -> Any:
+    """`AutoTokenizer` on the folder, offline and without remote code (`trust_remote_code=False`
+    also stops transformers from asking on stdin). When the tokenizer class lives in remote code,
+    a shipped `tokenizer.json` is loaded directly; Dream ships none, but its remote
+    `DreamTokenizer` is Qwen2's byte-level BPE, so its `vocab.json`/`merges.txt` are read as a
+    `Qwen2Tokenizer`. An empty model config keeps transformers from parsing config.json, whose
+    model_type it does not know."""
+    from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerFast, Qwen2Tokenizer
 
     try:
         return AutoTokenizer.from_pretrained(
-            str(folder), local_files_only=True, config=PretrainedConfig()
+            str(folder), local_files_only=True, config=PretrainedConfig(), trust_remote_code=False
         )
     except Exception as error:  # transformers raises many types for an unusable folder
         if (folder / "tokenizer.json").is_file():
             return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+        if family == "dream" and (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
+            return Qwen2Tokenizer.from_pretrained(str(folder), local_files_only=True)
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise UserError(f"{folder}: no loadable tokenizer files ({first_line})") from None
 

@@ -162,6 +162,26 @@ def test_bad_checkpoint_is_one_line_user_error(case, tmp_path, reference, capsys
     assert err.count("\n") == 1 and err.startswith("spotbench: error: ") and "Traceback" not in err
 
 
+def test_dream_remote_code_tokenizer_is_read_from_its_bpe_files(tmp_path, reference):
+    """Dream ships a remote-code `DreamTokenizer` (Qwen2's BPE) and no tokenizer.json; spotbench
+    must neither run nor ask to run that code, and still get the same tokens and ids."""
+    reference.write_published("dream", tmp_path)
+    spec = json.loads((tmp_path / "tokenizer.json").read_text())
+    (tmp_path / "tokenizer.json").unlink()
+    (tmp_path / "vocab.json").write_text(json.dumps(spec["model"]["vocab"]))
+    (tmp_path / "merges.txt").write_text("#version: 0.2\n")
+    special = {str(t["id"]): t | {"special": True} for t in spec["added_tokens"]}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "DreamTokenizer",
+        "auto_map": {"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]},
+        "added_tokens_decoder": special,
+        "eos_token": "<|eos|>", "pad_token": "<|pad|>", "mask_token": "<|mask|>",
+    }))
+    target = load_checkpoint(tmp_path)
+    assert target.tokenizer.encode("hi there") == [71, 72, 220, 83, 71, 68, 81, 68]
+    assert target.tokenizer.mask_token_id == target.mask_id == 258
+
+
 def test_cli_describes_a_checkpoint_folder_and_exits_2_on_a_bad_one(tmp_path, reference):
     reference.write_published("llada2", tmp_path / "ok", shards=2)
     reference.write_published("sdar", tmp_path / "bad")
