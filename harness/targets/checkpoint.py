@@ -86,7 +86,7 @@ def save_checkpoint(
     _check_round_trip(fmt, cfg, raw, folder / CONFIG)
     state = target.model.state_dict()
     tensors = {
-        published: torch.cat([state[name] for name in ours]).detach().contiguous().clone()
+        published: torch.cat([state[name] for name in ours]).detach()  # cat copies: no shared storage
         for published, ours in fmt.tensor_map(cfg).items()
     }
     folder.mkdir(parents=True, exist_ok=True)
