@@ -16,6 +16,7 @@ from harness.errors import UserError
 COMMAND_MODULES = [
     "harness.commands.inspect_target",
     "harness.commands.decode",
+    "harness.commands.train_target",
     "harness.commands.tasks_cmd",
 ]
 

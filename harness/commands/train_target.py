@@ -1,0 +1,61 @@
+"""`spotbench train-tokenizer` and `spotbench train-target`: build the embedded default's models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    tok = subparsers.add_parser(
+        "train-tokenizer", help="train the project's BPE tokenizer on training splits only"
+    )
+    tok.add_argument("--tasks", default="arith,gsm8k,mbpp", help="comma-separated task names")
+    tok.add_argument("--vocab-size", type=int, default=2048)
+    tok.add_argument("--out", required=True, help="output folder (Hugging Face tokenizer format)")
+    tok.set_defaults(func=run_tokenizer)
+
+    target = subparsers.add_parser(
+        "train-target", help="train a tiny target DLM from a recipe (resumes an interrupted run)"
+    )
+    target.add_argument("recipe", help="recipe YAML, e.g. zoo/recipes/sdar-a.yaml")
+    target.add_argument("--out", required=True, help="run folder; re-running resumes from it")
+    target.add_argument("--steps", type=int, help="override the recipe's number of steps")
+    target.set_defaults(func=run_target)
+
+
+def run_tokenizer(args: argparse.Namespace) -> int:
+    from harness.training.corpus import training_pairs
+    from harness.training.tokenizer import train_bpe_tokenizer
+
+    pairs = training_pairs(args.tasks.split(","))
+    tokenizer = train_bpe_tokenizer((prompt + answer for prompt, answer in pairs), args.vocab_size)
+    tokenizer.save_pretrained(args.out)
+    print(f"tokenizer with {len(tokenizer)} tokens trained on {len(pairs)} examples -> {args.out}")
+    return 0
+
+
+def run_target(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from transformers import AutoTokenizer
+
+    from harness.errors import UserError
+    from harness.training.corpus import encode_examples, training_pairs
+    from harness.training.train_target import Recipe, train
+
+    recipe = Recipe.load(args.recipe)
+    if args.steps:
+        recipe = dataclasses.replace(recipe, steps=args.steps)
+    tokenizer_dir = Path(recipe.tokenizer)
+    if not (tokenizer_dir / "tokenizer.json").exists():
+        raise UserError(
+            f"no tokenizer at {tokenizer_dir}; build it with "
+            f"`spotbench train-tokenizer --out {tokenizer_dir}` or fix `tokenizer:` in {args.recipe}"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    examples = encode_examples(training_pairs(recipe.tasks), tokenizer, recipe)
+    report = train(recipe, examples, tokenizer, Path(args.out))
+    print(json.dumps(report))
+    return 0

@@ -1,0 +1,189 @@
+"""Train a tiny target DLM from a recipe: deterministic by seed, checkpointed, resumable.
+
+A recipe (YAML, see `zoo/recipes/`) fixes everything: family, model size, data, optimisation. The run
+folder holds `train_state.pt` (weights, optimiser, RNG states, step) written every
+`checkpoint_every` steps, so an interrupted run resumes where it stopped and ends bit-identical to an
+uninterrupted one. When training ends, `model/` in the run folder holds the model in its family's
+published checkpoint format (plus `training.json`), which `load_target` reads like a real checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import yaml
+from tqdm import tqdm
+
+from harness.errors import UserError
+from harness.targets.families import family
+from harness.targets.model import DLMTransformer, ModelConfig, MoEConfig
+from harness.targets.target import DLMTarget
+from harness.training.objective import Example, build_batch, diffusion_loss
+
+STATE_FILE = "train_state.pt"
+REPORT_FILE = "training.json"
+MODEL_DIR = "model"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    family: str
+    model: dict
+    """`ModelConfig` fields except vocab_size (taken from the tokenizer); `moe` as a dict."""
+    tasks: list[str]
+    seed: int = 0
+    block_length: int = 32
+    answer_length: int = 128
+    prompt_max_tokens: int = 160
+    steps: int = 1000
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    checkpoint_every: int = 100
+    validation_examples: int = 256
+    tokenizer: str = "zoo/tokenizer"
+    extra: dict = field(default_factory=dict)
+
+    @staticmethod
+    def load(path: str | Path) -> Recipe:
+        path = Path(path)
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as error:
+            raise UserError(f"cannot read recipe {path}: {error}") from None
+        if not isinstance(raw, dict):
+            raise UserError(f"recipe {path} must be a YAML mapping")
+        known = {f.name for f in dataclasses.fields(Recipe)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise UserError(f"recipe {path}: unknown keys {unknown}; allowed: {sorted(known)}")
+        try:
+            return Recipe(**raw)
+        except TypeError as error:
+            raise UserError(f"recipe {path}: {error}") from None
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        options = dict(self.model)
+        moe = options.pop("moe", None)
+        return ModelConfig(vocab_size=vocab_size, moe=MoEConfig(**moe) if moe else None, **options)
+
+
+def init_weights(model: DLMTransformer, std: float = 0.02) -> None:
+    """GPT-style init: small normal weights, zero biases, unit norms (keeps initial logits tame)."""
+    for module in model.modules():
+        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+            torch.nn.init.normal_(module.weight, 0.0, std)
+        if isinstance(module, torch.nn.Linear) and module.bias is not None:
+            torch.nn.init.zeros_(module.bias)
+
+
+def learning_rate(recipe: Recipe, step: int) -> float:
+    """Linear warmup, then cosine decay to 10% of the peak."""
+    if step < recipe.warmup_steps:
+        return recipe.learning_rate * (step + 1) / recipe.warmup_steps
+    progress = (step - recipe.warmup_steps) / max(1, recipe.steps - recipe.warmup_steps)
+    return recipe.learning_rate * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> dict:
+    """Train (or resume) into `out_dir`; returns the training report."""
+    spec = family(recipe.family)
+    validation, training = examples[: recipe.validation_examples], examples[recipe.validation_examples :]
+    if len(training) < recipe.batch_size:
+        raise UserError(f"recipe {recipe.name}: only {len(training)} training examples")
+    torch.manual_seed(recipe.seed)
+    model = DLMTransformer(recipe.model_config(len(tokenizer)))
+    init_weights(model)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay, betas=(0.9, 0.98)
+    )
+    noise = torch.Generator().manual_seed(recipe.seed + 1)
+    order = torch.Generator().manual_seed(recipe.seed + 2)
+    step, tokens_seen, permutation, cursor = 0, 0, torch.randperm(len(training), generator=order), 0
+    state_path = out_dir / STATE_FILE
+    if state_path.exists():
+        state = torch.load(state_path, weights_only=False)
+        if state["recipe"] != dataclasses.asdict(recipe):
+            raise UserError(f"{out_dir} holds a run of a different recipe; use a new --out folder")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        noise.set_state(state["noise"])
+        order.set_state(state["order"])
+        step, tokens_seen = state["step"], state["tokens_seen"]
+        permutation, cursor = state["permutation"], state["cursor"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ids = dict(mask_id=tokenizer.mask_token_id, pad_id=tokenizer.pad_token_id)
+    model.train()
+    progress = tqdm(total=recipe.steps, initial=step, desc=f"train {recipe.name}", unit="step")
+    while step < recipe.steps:
+        if cursor + recipe.batch_size > len(permutation):
+            permutation, cursor = torch.randperm(len(training), generator=order), 0
+        chosen = [training[i] for i in permutation[cursor : cursor + recipe.batch_size].tolist()]
+        cursor += recipe.batch_size
+        batch = build_batch(chosen, spec, block_length=recipe.block_length, generator=noise, **ids)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(recipe, step)
+        loss = diffusion_loss(model, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+        optimizer.step()
+        step += 1
+        tokens_seen += sum(len(e.prompt) + len(e.answer) for e in chosen)
+        progress.update(1)
+        progress.set_postfix(loss=f"{loss.item():.3f}")
+        if step % recipe.checkpoint_every == 0 or step == recipe.steps:
+            state = dict(
+                recipe=dataclasses.asdict(recipe), model=model.state_dict(),
+                optimizer=optimizer.state_dict(), noise=noise.get_state(), order=order.get_state(),
+                step=step, tokens_seen=tokens_seen, permutation=permutation, cursor=cursor,
+            )
+            torch.save(state, state_path.with_suffix(".tmp"))
+            os.replace(state_path.with_suffix(".tmp"), state_path)
+    progress.close()
+    model.eval()
+    report = {
+        "name": recipe.name,
+        "family": recipe.family,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "training_tokens": tokens_seen,
+        "steps": step,
+        "heldout_loss": heldout_loss(model, validation, recipe, spec, ids),
+    }
+    target = DLMTarget(model, spec, mask_id=ids["mask_id"], eos_id=tokenizer.eos_token_id,
+                       tokenizer=tokenizer, name=recipe.name)
+    save_target(target, out_dir, report)
+    return report
+
+
+@torch.no_grad()
+def heldout_loss(model, examples: list[Example], recipe: Recipe, spec, ids: dict) -> float:
+    """Diffusion loss on held-out training-split examples with fixed noise, so runs compare."""
+    noise = torch.Generator().manual_seed(12345)
+    losses = []
+    for start in range(0, len(examples), recipe.batch_size):
+        chunk = examples[start : start + recipe.batch_size]
+        batch = build_batch(chunk, spec, block_length=recipe.block_length, generator=noise, **ids)
+        losses.append(diffusion_loss(model, batch).item() * len(chunk))
+    return sum(losses) / max(1, len(examples))
+
+
+def save_target(target: DLMTarget, out_dir: Path, report: dict) -> None:
+    """Write the final model to `out_dir/model` in its family's format, with the training report."""
+    from harness.targets.checkpoint import save_checkpoint
+
+    model_dir = out_dir / MODEL_DIR
+    if model_dir.exists():
+        shutil.rmtree(model_dir)
+    save_checkpoint(target, model_dir, target.family.name)
+    (model_dir / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n")
