@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "harness.commands.inspect_target",
     "harness.commands.decode",
     "harness.commands.train_target",
+    "harness.commands.zoo",
     "harness.commands.tasks_cmd",
 ]
 

@@ -58,7 +58,24 @@ def build_batch(
     block_length: int,
     generator: torch.Generator,
 ) -> Batch:
-    """Noise a batch of examples (mask rate t per sequence) and lay out inputs, masks and targets."""
+    """Noise a batch of examples (mask rate t per sequence) and lay it out for one forward pass."""
+    answer_len = len(examples[0].answer)
+    rates = MIN_MASK_RATE + (1 - MIN_MASK_RATE) * torch.rand(len(examples), generator=generator)
+    masks = torch.rand(len(examples), answer_len, generator=generator) < rates[:, None]
+    masks[torch.arange(len(examples)), torch.randint(answer_len, (len(examples),), generator=generator)] = True
+    return layout_batch(examples, masks, rates, family, mask_id, pad_id, block_length)
+
+
+def layout_batch(
+    examples: list[Example],
+    masks: Tensor,
+    rates: Tensor,
+    family: FamilySpec,
+    mask_id: int,
+    pad_id: int,
+    block_length: int,
+) -> Batch:
+    """Inputs, positions, attention masks and weighted targets for answers masked where `masks`."""
     two_stream = family.attention == "block_causal"
     answer_len = len(examples[0].answer)
     prompt_max = max(len(e.prompt) for e in examples)
@@ -69,12 +86,9 @@ def build_batch(
     attend = torch.zeros((rows, 1, length, length), dtype=torch.bool)
     targets = torch.full((rows, length), -100, dtype=torch.long)
     weights = torch.zeros((rows, length))
-    rates = MIN_MASK_RATE + (1 - MIN_MASK_RATE) * torch.rand(rows, generator=generator)
-    for row, (example, rate) in enumerate(zip(examples, rates)):
+    for row, (example, masked, rate) in enumerate(zip(examples, masks, rates)):
         prompt, answer = torch.tensor(example.prompt), torch.tensor(example.answer)
         clean_len = len(prompt) + answer_len
-        masked = torch.rand(answer_len, generator=generator) < rate
-        masked[torch.randint(answer_len, (1,), generator=generator)] = True
         noisy = torch.where(masked, mask_id, answer)
         weight = masked.float() / rate / answer_len
         if two_stream:

@@ -1,0 +1,56 @@
+"""The zoo: tiny targets trained by the project and committed under `zoo/models/<name>/model`.
+
+Each entry is a checkpoint folder in its family's published format plus the `training.json` report
+that `spotbench train-target` wrote; its recipe is `zoo/recipes/<name>.yaml`, so anyone can rebuild
+it. `load_target("<name>")` resolves zoo names before paths.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+ZOO_DIR = PROJECT_ROOT / "zoo"
+MODELS_DIR = ZOO_DIR / "models"
+RECIPES_DIR = ZOO_DIR / "recipes"
+DEFAULT_TARGET = "sdar-a"
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    name: str
+    family: str
+    parameters: int
+    size_bytes: int
+    training_tokens: int
+    heldout_loss: float
+    path: str
+    recipe: str
+
+
+def model_dir(name: str) -> Path:
+    return MODELS_DIR / name / "model"
+
+
+def zoo_names() -> list[str]:
+    if not MODELS_DIR.is_dir():
+        return []
+    return sorted(p.name for p in MODELS_DIR.iterdir() if (model_dir(p.name) / "training.json").exists())
+
+
+def zoo_entry(name: str) -> ZooEntry:
+    folder = model_dir(name)
+    report = json.loads((folder / "training.json").read_text())
+    size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    return ZooEntry(
+        name=name,
+        family=report["family"],
+        parameters=report["parameters"],
+        size_bytes=size,
+        training_tokens=report["training_tokens"],
+        heldout_loss=report["heldout_loss"],
+        path=str(folder.relative_to(PROJECT_ROOT)),
+        recipe=str((RECIPES_DIR / f"{name}.yaml").relative_to(PROJECT_ROOT)),
+    )
