@@ -42,7 +42,8 @@ def main() -> None:
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=16)
     parser.add_argument("--reps", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1: steadier on a shared machine)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     target = load_target(args.model)
@@ -68,7 +69,8 @@ def main() -> None:
                 Rule.explain = lambda self, *a: (self(*a), None)  # plain without forensics
                 best["plain-nf"] = min(best["plain-nf"], timed(lambda: plain_decode(target, ids, config)))
                 Rule.explain = explain
-                best["spec@0"] = min(best["spec@0"], timed(lambda: speculative_decode(target, ids, proposer, config, 0)))
+                spec = timed(lambda: speculative_decode(target, ids, proposer, config, 0))
+                best["spec@0"] = min(best["spec@0"], spec)
             for arm in walls:
                 walls[arm] += best[arm]
         print(f"{temperature:>4} {walls['plain']:>8.3f} {walls['plain-nf']:>9.3f} {walls['spec@0']:>8.3f} "
@@ -92,7 +94,8 @@ def main() -> None:
                 wall = sum(r.metrics.wall_s for r in runs) / sum(r.metrics.wall_s for r in references)
                 exact = sum(check_lossless(ref, r, near_tie_tolerance(target.dtype)).exact
                             for ref, r in zip(references, runs))
-                print(f"{name:<18} {budget:>6} {temperature:>4} {plain_nfe / nfe:>10.2f}x {commits / nfe:>11.2f} "
+                print(f"{name:<18} {budget:>6} {temperature:>4} {plain_nfe / nfe:>10.2f}x "
+                      f"{commits / nfe:>11.2f} "
                       f"{rows / nfe:>9.1f} {1 / wall:>11.2f}x {exact:>3}/{len(runs)}")
 
 

@@ -74,7 +74,9 @@ def near_tie_tolerance(dtype: torch.dtype) -> float:
     return NEAR_TIE.get(dtype, NEAR_TIE[torch.bfloat16])
 
 
-def check_lossless(plain: Generation, spec: Generation, tolerance: float = NEAR_TIE[torch.float32]) -> LosslessReport:
+def check_lossless(
+    plain: Generation, spec: Generation, tolerance: float = NEAR_TIE[torch.float32]
+) -> LosslessReport:
     """Compare `spec` with the reference `plain` (which must carry its per-step records)."""
     if plain.records is None:
         raise ValueError("the reference must be a plain generation (it carries the per-step records)")

@@ -22,9 +22,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="one prompt (raw text, no chat template)")
     source.add_argument("--prompts", type=Path, help="a file with one prompt per line")
-    parser.add_argument("--model", default="tiny-random:sdar", help="target: tiny-random:<family>[:seed] or a checkpoint folder")
+    parser.add_argument("--model", default="tiny-random:sdar",
+                        help="target: tiny-random:<family>[:seed] or a checkpoint folder")
     parser.add_argument("--proposer", default="confidence", help="oracle, confidence, confidence-branch")
-    parser.add_argument("--budget", type=int, default=8, help="most draft nodes per pass (0 = plain decoding)")
+    parser.add_argument("--budget", type=int, default=8,
+                        help="most draft nodes per pass (0 = plain decoding)")
     parser.add_argument("--rule", default="top1", help="top1 or threshold:TAU")
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -32,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--block-length", type=int, default=16)
     parser.add_argument("--exact", action="store_true", help="exactness mode: float64, rows one by one")
     parser.add_argument("--near-tie", type=float, default=None,
-                        help="tolerance below which a divergence is a near-tie (default: by the target's dtype)")
+                        help="decision gap below which a divergence is a near-tie (default: by dtype)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per prompt")
     parser.set_defaults(func=run)
 
@@ -60,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     for index, text in enumerate(prompts):
         ids = target.tokenizer.encode(text, add_special_tokens=False)
         plain = plain_decode(target, ids, config)
-        spec = speculative_decode(target, ids, build_proposer(args.proposer, target, plain), config, args.budget)
+        proposer = build_proposer(args.proposer, target, plain)
+        spec = speculative_decode(target, ids, proposer, config, args.budget)
         report = check_lossless(plain, spec, tolerance)
         if report.verdict == "logic-error" or (args.exact and not report.exact):
             status = 1
@@ -98,7 +101,8 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     return prompts
 
 
-ROWS = ["nfe", "rows", "commits", "mean_accept_len", "draft_nodes", "wall_s", "target_s", "proposer_s", "other_s"]
+ROWS = ["nfe", "rows", "commits", "mean_accept_len", "draft_nodes",
+        "wall_s", "target_s", "proposer_s", "other_s"]
 
 
 def render(index: int, result: dict) -> str:

@@ -8,7 +8,8 @@ Because all of them call the same function, "the target's transition" means one 
 Candidate at masked position i: `argmax_v logit[i, v]` at T=0, `argmax_v(logit[i, v]/T + G[i, v])` at
 T>0 (ties: lowest token id, as torch.argmax). The mask token is never a candidate (a trained model
 never proposes it; an untrained one can, and committing it would leave the position masked), but its
-probability mass stays in the softmax that confidence is computed from. Confidence follows the family convention, in float64:
+probability mass stays in the softmax that confidence is computed from. Confidence follows the
+family convention, in float64:
 `prob` is the untempered softmax probability of the candidate (LLaDA, SDAR, LLaDA2); `tempered_prob`,
 `margin` (top-1 minus top-2 probability) and `neg_entropy` use softmax(logit/T) at T>0 (Dream's
 decoder tempers before it scores), softmax(logit) at T=0. `top1` commits the most confident masked

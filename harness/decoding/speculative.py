@@ -51,7 +51,8 @@ def speculative_decode(
         row: int | None = 0
         while row is not None:  # walk: the target's transition at each row, then its matching child
             current = row
-            transition = rule(logits.current[row], tree.states[row], noise(len(steps)) if noise else None, temperature)
+            sample = noise(len(steps)) if noise else None
+            transition = rule(logits.current[row], tree.states[row], sample, temperature)
             steps.append(transition)
             row = tree.child(row, transition)
             if row is not None:

@@ -25,7 +25,8 @@ def test_json_has_both_arms_and_the_verdict(capsys, tmp_path):
 
 
 def test_table_output(capsys):
-    assert main(["decode", "--model", "tiny-random:sdar", "--prompt", "hi", "--rule", "threshold:0.5", *SMALL]) == 0
+    args = ["decode", "--model", "tiny-random:sdar", "--prompt", "hi", "--rule", "threshold:0.5", *SMALL]
+    assert main(args) == 0
     out = capsys.readouterr().out
     assert "mean_accept_len" in out and "lossless: exact" in out and "speedup_nfe" in out
 

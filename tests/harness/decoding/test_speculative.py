@@ -10,7 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.decoding import DecodeConfig, DraftTree, Generation, gumbel, parse_rule, plain_decode, speculative_decode
+from harness.decoding import DecodeConfig, DraftTree, Generation, gumbel, parse_rule
+from harness.decoding import plain_decode, speculative_decode
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_target
 from harness.targets.target import DLMTarget
@@ -54,8 +55,10 @@ def config(family: str, kind: str, temperature: float, seed: int, geometry: tupl
 
 
 @functools.cache
-def plain(family: str, prompt: int, kind: str, temperature: float, seed: int, geometry: tuple[int, int]) -> Generation:
-    return plain_decode(exact_target(family), PROMPTS[prompt], config(family, kind, temperature, seed, geometry))
+def plain(family: str, prompt: int, kind: str, temperature: float, seed: int, geometry: tuple[int, int]
+          ) -> Generation:
+    cfg = config(family, kind, temperature, seed, geometry)
+    return plain_decode(exact_target(family), PROMPTS[prompt], cfg)
 
 
 def block_ends(steps, block_length: int) -> list[int]:
@@ -79,7 +82,7 @@ def check_accounting(spec: Generation) -> None:
     assert 0 <= m.target_s + m.proposer_s <= m.wall_s
 
 
-@settings(max_examples=70, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     family=st.sampled_from(FAMILIES),
     prompt=st.integers(0, len(PROMPTS) - 1),
@@ -90,18 +93,21 @@ def check_accounting(spec: Generation) -> None:
     proposer=st.sampled_from(sorted(PROPOSERS)),
     geometry=st.sampled_from(GEOMETRIES),
 )
-def test_speculative_equals_plain_in_exactness_mode(family, prompt, seed, temperature, kind, budget, proposer, geometry):
+def test_speculative_equals_plain_in_exactness_mode(
+    family, prompt, seed, temperature, kind, budget, proposer, geometry
+):
     target = exact_target(family)
     reference = plain(family, prompt, kind, temperature, seed, geometry)
     cfg = config(family, kind, temperature, seed, geometry)
-    spec = speculative_decode(target, PROMPTS[prompt], build_proposer(proposer, target, reference), cfg, budget)
+    draft = build_proposer(proposer, target, reference)
+    spec = speculative_decode(target, PROMPTS[prompt], draft, cfg, budget)
     report = check_lossless(reference, spec, near_tie_tolerance(torch.float64))
     assert report.exact, report
     assert spec.steps == reference.steps and torch.equal(spec.tokens, reference.tokens)
     check_accounting(spec)
     assert spec.metrics.nfe <= reference.metrics.nfe
     if proposer == "oracle":
-        ends, size = block_ends(reference.steps, cfg.block_length), cfg.block_length
+        ends = block_ends(reference.steps, cfg.block_length)
         pass_start = 0
         for commits in spec.pass_commits:
             assert commits == min(budget + 1, ends[pass_start] - pass_start + 1)

@@ -24,7 +24,8 @@ def test_empty_tree_is_the_root_alone():
 def test_chain_and_branches_get_rows_and_states():
     tree = DraftTree((DraftNode(0, t((0, 1))), DraftNode(1, t((2, 3))), DraftNode(0, t((1, 5)))))
     prepared = prepare(tree, root(), MASK, budget=8)
-    assert prepared.states.tolist() == [[MASK] * 4, [1, MASK, MASK, MASK], [1, MASK, 3, MASK], [MASK, 5, MASK, MASK]]
+    m = MASK
+    assert prepared.states.tolist() == [[m, m, m, m], [1, m, m, m], [1, m, 3, m], [m, 5, m, m]]
     assert prepared.child(0, t((0, 1))) == 1 and prepared.child(1, t((2, 3))) == 2
     assert prepared.child(0, t((1, 5))) == 3 and prepared.child(0, t((1, 6))) is None
     assert prepared.child(1, t((1, 5))) is None  # same transition, other parent
