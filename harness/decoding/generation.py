@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 from harness.decoding.metrics import Metrics
@@ -51,3 +52,9 @@ class Generation:
         """The answer up to (not including) the first EOS."""
         ids = self.tokens.tolist()
         return ids[: ids.index(self.eos_id)] if self.eos_id in ids else ids
+
+
+def synchronize(logits: Tensor) -> None:
+    """Wait for the device, so a pass's time is counted as target time, not at the next host read."""
+    if logits.is_cuda:
+        torch.cuda.synchronize(logits.device)

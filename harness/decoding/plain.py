@@ -12,7 +12,7 @@ import time
 import torch
 from torch import Tensor
 
-from harness.decoding.generation import DecodeConfig, Generation
+from harness.decoding.generation import DecodeConfig, Generation, synchronize
 from harness.decoding.metrics import Metrics
 from harness.decoding.noise import gumbel
 from harness.decoding.rules import StepRecord, Transition
@@ -32,6 +32,7 @@ def plain_decode(target: DLMTarget, prompt_ids: list[int] | Tensor, config: Deco
         while left:
             before = time.perf_counter()
             logits = session.forward(state[None]).current[0]
+            synchronize(logits)
             metrics.target_s += time.perf_counter() - before
             noise = gumbel(config.seed, len(steps), size, target.vocab_size) if temperature > 0 else None
             transition, record = rule.explain(logits, state, noise, temperature)

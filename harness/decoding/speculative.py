@@ -15,7 +15,7 @@ import time
 import torch
 from torch import Tensor
 
-from harness.decoding.generation import DecodeConfig, Generation
+from harness.decoding.generation import DecodeConfig, Generation, synchronize
 from harness.decoding.metrics import Metrics
 from harness.decoding.noise import NoiseSource
 from harness.decoding.rules import Transition
@@ -47,27 +47,30 @@ def speculative_decode(
         tree = prepare(draft, state, mask_id, budget)
         before = time.perf_counter()
         logits = session.forward(tree.states)
+        synchronize(logits.current)
         metrics.target_s += time.perf_counter() - before
-        row: int | None = 0
-        while row is not None:  # walk: the target's transition at each row, then its matching child
-            current = row
-            sample = noise(len(steps)) if noise else None
+        # Walk: at each row the target's own transition; move to the child that drafted exactly it.
+        row, depth = 0, 0
+        while True:
+            sample = noise(root_step + depth) if noise else None
             transition = rule(logits.current[row], tree.states[row], sample, temperature)
             steps.append(transition)
-            row = tree.child(row, transition)
-            if row is not None:
-                metrics.accepted_per_depth[len(steps) - root_step - 1] += 1
+            child = tree.child(row, transition)
+            if child is None:
+                break  # `transition` is the bonus commit
+            metrics.accepted_per_depth[depth] += 1
+            row, depth = child, depth + 1
         metrics.draft_nodes += tree.states.shape[0] - 1
-        pass_commits.append(len(steps) - root_step)
-        state = transition.apply(tree.states[current])
+        pass_commits.append(depth + 1)
+        state = transition.apply(tree.states[row])
         if bool((state != mask_id).all()):
             session.finish_block(state)
             if bool((state == target.eos_id).any()) or session.block_index == session.num_blocks:
                 break
-            stale = None if logits.following is None else logits.following[current]
+            stale = None if logits.following is None else logits.following[row]
             state = torch.full((size,), mask_id, dtype=torch.long)
         else:
-            stale = logits.current[current]
+            stale = logits.current[row]
     metrics.wall_s = time.perf_counter() - start
     metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(steps)
     return Generation(session.answer(), steps, pass_commits, None, metrics, target.eos_id)
