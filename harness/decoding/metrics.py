@@ -22,6 +22,10 @@ class Metrics:
     """Time inside session.forward."""
     proposer_s: float = 0.0
     """Time inside proposer.propose."""
+    stale_commits: int = 0
+    """Plain decoding: committed tokens that had a stale view (a previous pass over their block)."""
+    stale_hits: int = 0
+    """... of which the token equals the stale view's greedy token at that position (see plain.py)."""
 
     @property
     def mean_accept_len(self) -> float:
@@ -29,8 +33,16 @@ class Metrics:
         return self.commits / self.nfe if self.nfe else 0.0
 
     @property
+    def stale_hit_rate(self) -> float | None:
+        return self.stale_hits / self.stale_commits if self.stale_commits else None
+
+    @property
     def other_s(self) -> float:
         return self.wall_s - self.target_s - self.proposer_s
 
     def as_dict(self) -> dict:
-        return asdict(self) | {"mean_accept_len": self.mean_accept_len, "other_s": self.other_s}
+        return asdict(self) | {
+            "mean_accept_len": self.mean_accept_len,
+            "other_s": self.other_s,
+            "stale_hit_rate": self.stale_hit_rate,
+        }

@@ -49,6 +49,11 @@ class Transition:
         return out
 
 
+def greedy_tokens(logits: Tensor, mask_id: int) -> Tensor:
+    """[B] the T=0 candidate at every position of a block's logits [B, V]: argmax, mask excluded."""
+    return logits.index_fill(-1, torch.tensor([mask_id], device=logits.device), -math.inf).argmax(-1)
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """How close the rule's decision was at one step: forensics for divergences.

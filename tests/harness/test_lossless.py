@@ -27,15 +27,6 @@ def target(family: str, exact: bool) -> DLMTarget:
     return loaded.exact() if exact else loaded
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """As in tests/harness/decoding/conftest.py: steady runtimes for tiny models on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def config(t: DLMTarget, temperature: float, seed: int, rule: str = "top1") -> DecodeConfig:
     return DecodeConfig(parse_rule(rule, t.family, t.mask_id), 16, 8, temperature, seed)
 
