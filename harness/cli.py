@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "harness.commands.decode",
     "harness.commands.train_target",
     "harness.commands.zoo",
+    "harness.commands.diagnose",
     "harness.commands.tasks_cmd",
 ]
 
