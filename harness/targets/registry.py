@@ -17,7 +17,9 @@ from harness.targets.zoo import model_dir, zoo_names
 
 def load_target(name: str) -> DLMTarget:
     if name in zoo_names():
-        return load_checkpoint(model_dir(name))
+        target = load_checkpoint(model_dir(name))
+        target.name = name
+        return target
     if name.startswith("tiny-random"):
         return tiny_random_target(*parse_tiny_name(name))
     if Path(name).exists():

@@ -1,0 +1,35 @@
+"""The committed zoo: every model loads like a real checkpoint, fits the size limit, has a recipe."""
+
+import json
+
+import pytest
+import yaml
+
+from harness.cli import main
+from harness.targets.registry import load_target
+from harness.targets.zoo import PROJECT_ROOT, zoo_entry, zoo_names
+
+MAX_BYTES = 20 * 2**20
+
+
+def test_the_zoo_has_models() -> None:
+    assert "llada-a" in zoo_names()
+
+
+@pytest.mark.parametrize("name", zoo_names())
+def test_zoo_model_loads_and_matches_its_recipe(name: str) -> None:
+    entry = zoo_entry(name)
+    recipe = yaml.safe_load((PROJECT_ROOT / entry.recipe).read_text())
+    target = load_target(name)
+    assert target.name == name and target.family.name == recipe["family"] == entry.family
+    assert entry.size_bytes <= MAX_BYTES
+    assert entry.parameters == sum(p.numel() for p in target.model.parameters())
+    assert target.tokenizer.mask_token_id == target.mask_id
+    assert target.tokenizer.decode(target.tokenizer.encode("Question: 2 + 3?")) == "Question: 2 + 3?"
+
+
+def test_zoo_command_lists_every_model(capsys) -> None:
+    assert main(["zoo", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["name"] for r in rows] == zoo_names()
+    assert all(r["heldout_loss"] > 0 and r["training_tokens"] > 0 for r in rows)
