@@ -46,10 +46,10 @@ def run(args: argparse.Namespace) -> int:
     if args.limit <= 0:
         raise UserError(f"--limit must be positive, got {args.limit}")
     task = get_task(args.task)
-    if args.fewshot is not None:
-        if not hasattr(task, "num_fewshot"):
-            raise UserError(f"task {args.task!r} has no few-shot examples to set")
+    if args.fewshot is not None and hasattr(task, "num_fewshot"):
         task = dataclasses.replace(task, num_fewshot=args.fewshot)
+    elif args.fewshot:
+        raise UserError(f"task {args.task!r} is zero-shot only; drop --fewshot")
     if args.split not in task.splits:
         raise UserError(f"task {args.task!r} has no split {args.split!r}; splits: {', '.join(task.splits)}")
     samples = task.load(args.split, limit=args.limit)
