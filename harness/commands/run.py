@@ -1,0 +1,85 @@
+"""`spotbench run`: a suite (YAML file and/or flags) over Ray workers into a resumable run directory.
+
+With no arguments it runs the embedded default suite (`cluster.suite.Suite`). Re-running the same
+command resumes: finished groups are skipped. Exit status: 0 when the run completes, 2 for bad input
+(unknown name, malformed YAML, an output directory of a different config, no Ray cluster at
+--address). Correctness verdicts are the gate's job (`spotbench gate`), not this command's.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _list(kind: type):
+    def parse(text: str) -> list:
+        try:
+            return [kind(item) for item in text.split(",") if item.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values, got {text!r}")
+    return parse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("run", help="run a benchmark suite over Ray workers into a run directory")
+    parser.add_argument("--suite", help="YAML suite file (flags override its settings)")
+    parser.add_argument("--output", "-o", help="run directory (default: runs/<suite name>)")
+    parser.add_argument("--models", type=_list(str), help="comma-separated targets")
+    parser.add_argument("--proposers", type=_list(str))
+    parser.add_argument("--tasks", type=_list(str))
+    parser.add_argument("--split")
+    parser.add_argument("--limit", type=int, help="prompts per task")
+    parser.add_argument("--temperatures", type=_list(float))
+    parser.add_argument("--rules", type=_list(str), help="top1 and/or threshold:TAU")
+    parser.add_argument("--budgets", type=_list(int))
+    parser.add_argument("--seeds", type=_list(int))
+    parser.add_argument("--gen-length", type=int)
+    parser.add_argument("--block-length", type=int)
+    parser.add_argument("--fewshot", type=int, help="few-shot examples for tasks that have them")
+    parser.add_argument("--exact", action="store_true", default=None,
+                        help="exactness mode: float64 targets, rows evaluated one by one")
+    parser.add_argument("--workers", type=int, help="Ray workers (default: one per GPU, else per CPU)")
+    parser.add_argument("--address", help="an existing Ray cluster (host:port or auto); default: local")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cluster.runner import run_suite
+    from cluster.suite import build_suite, load_suite
+
+    settings = load_suite(args.suite) if args.suite else {}
+    suite = build_suite(settings, {
+        "models": args.models, "proposers": args.proposers, "tasks": args.tasks, "split": args.split,
+        "limit": args.limit, "temperatures": args.temperatures, "rules": args.rules,
+        "budgets": args.budgets, "seeds": args.seeds, "gen_length": args.gen_length,
+        "block_length": args.block_length, "num_fewshot": args.fewshot, "exact": args.exact,
+        "workers": args.workers,
+    })
+    output = args.output or str(Path("runs") / (Path(args.suite).stem if args.suite else "default"))
+    result = run_suite(suite, output, address=args.address, progress=not args.no_progress)
+    print(f"run directory: {result.run_dir.path}  (groups written {result.written}, "
+          f"already done {result.skipped}, workers {result.workers})")
+    print(render_summary(result.summary.to_pylist()))
+    return 0
+
+
+COLUMNS = [("model", "{}"), ("task", "{}"), ("T", "{:g}"), ("rule", "{}"), ("proposer", "{}"),
+           ("budget", "{}"), ("n", "{}"), ("exact", "{:.0%}"), ("accept", "{:.2f}"),
+           ("speedup_nfe", "{:.2f}x"), ("speedup_wall", "{:.2f}x"), ("accuracy", "{:.1%}")]
+FIELDS = {"T": "temperature", "exact": "exact_rate", "accept": "mean_accept_len"}
+
+
+def render_summary(rows: list[dict]) -> str:
+    """The summary as an aligned text table (one line per arm)."""
+    cells = [[name for name, _ in COLUMNS]]
+    for row in rows:
+        cells.append([_fmt(fmt, row[FIELDS.get(name, name)]) for name, fmt in COLUMNS])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)
+
+
+def _fmt(fmt: str, value) -> str:
+    return "-" if value is None else fmt.format(value)

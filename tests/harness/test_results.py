@@ -1,0 +1,101 @@
+import hashlib
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cluster.evaluate import Evaluator, Unit
+from cluster.suite import Suite
+from harness.errors import UserError
+from harness.results import ROW_SCHEMA, SCHEMA_VERSION, RunDir, group_id, summarize
+from tasks.registry import get_task
+
+SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence", "oracle"), limit=2, temperatures=(0.0,),
+              budgets=(0, 4), gen_length=16, block_length=8)
+
+@pytest.fixture(scope="module")
+def groups() -> list[list[dict]]:
+    """Real rows: two prompts of a tiny target through the worker's evaluation."""
+    evaluator = Evaluator(SUITE)
+    samples = get_task("arith").load("test", limit=2)
+    return [rows for s in samples for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", s, SUITE.groups()))]
+
+def test_rows_match_the_schema_and_carry_both_arms(groups) -> None:
+    assert len(groups) == 2 and all(len(rows) == 4 for rows in groups)
+    row = groups[0][1]
+    assert set(row) == set(ROW_SCHEMA.names)
+    assert (row["proposer"], row["budget"]) == ("confidence", 4)
+    assert row["speedup_nfe"] == row["plain_nfe"] / row["spec_nfe"]
+    assert row["exact"] and row["verdict"] == "exact" and row["divergence_step"] is None
+    budget0 = groups[0][0]
+    assert budget0["spec_nfe"] == budget0["plain_nfe"] and budget0["mean_accept_len"] == 1.0
+    oracle = groups[0][3]
+    assert oracle["mean_accept_len"] >= row["mean_accept_len"]
+
+def test_groups_are_written_once_atomically_under_a_hash_of_their_key(tmp_path, groups) -> None:
+    run = RunDir.open(tmp_path / "run", SUITE.config(), [0])
+    assert run.write_group(groups[0]) is True
+    path = run.samples_dir / f"{group_id(groups[0][0])}.parquet"
+    before = path.stat().st_mtime_ns
+    assert run.write_group(groups[0]) is False
+    assert path.stat().st_mtime_ns == before
+    table = pq.read_table(path)
+    assert table.schema.metadata[b"spotbench_schema_version"] == str(SCHEMA_VERSION).encode()
+    assert table.num_rows == 4 and not list(run.samples_dir.glob(".tmp-*"))
+    with pytest.raises(ValueError, match="one group"):
+        run.write_group(groups[0] + groups[1])
+    with pytest.raises(ValueError, match="missing"):
+        run.write_group([{k: v for k, v in r.items() if k != "exact"} for r in groups[1]])
+
+def test_group_id_is_a_fixed_function_of_the_key() -> None:
+    key = {"model": "m", "task": "t", "sample_id": "test/0", "temperature": 0.0, "rule": "top1", "seed": 0}
+    assert group_id(key) == group_id(dict(reversed(list(key.items()))))
+    assert group_id(key) != group_id(key | {"seed": 1})
+    # the name format is part of the schema: changing it would orphan every existing run directory
+    assert group_id(key) == hashlib.sha256(b'["m","t","test/0",0.0,"top1",0]').hexdigest()[:20]
+
+def test_reopening_resumes_the_same_config_and_refuses_another(tmp_path, groups) -> None:
+    run = RunDir.open(tmp_path / "run", SUITE.config(), [0])
+    run.write_group(groups[0])
+    (run.samples_dir / ".tmp-left-by-a-killed-driver").write_text("x")
+    again = RunDir.open(tmp_path / "run", SUITE.config(), [0])
+    assert again.done_groups() == {group_id(groups[0][0])}
+    assert not list(run.samples_dir.glob(".tmp-*"))
+    other = Suite(**{**SUITE.__dict__, "limit": 3}).config()
+    with pytest.raises(UserError, match="different config.*limit"):
+        RunDir.open(tmp_path / "run", other, [0])
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "file").write_text("x")
+    with pytest.raises(UserError, match="not a spotbench run directory"):
+        RunDir.open(tmp_path / "junk", SUITE.config(), [0])
+
+def test_manifest_records_provenance(tmp_path) -> None:
+    run = RunDir.open(tmp_path / "run", SUITE.config(), [0], hardware={"cpus": 2})
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["schema_version"] == SCHEMA_VERSION and manifest["status"] == "running"
+    assert manifest["config"] == SUITE.config() and manifest["seeds"] == [0]
+    assert manifest["packages"]["pyarrow"] and manifest["hardware"] == {"cpus": 2}
+    assert manifest["git_revision"] is None or len(manifest["git_revision"]) >= 40
+    run.update_manifest(status="complete")
+    assert run.manifest()["status"] == "complete"
+    with pytest.raises(ValueError):
+        run.update_manifest(status="done")
+
+def test_summary_is_ratios_of_sums_per_arm(tmp_path, groups) -> None:
+    run = RunDir.open(tmp_path / "run", SUITE.config(), [0])
+    for rows in groups:
+        run.write_group(rows)
+    rows = run.read_rows().to_pylist()
+    summary = {(r["proposer"], r["budget"]): r for r in run.write_summary().to_pylist()}
+    assert len(summary) == 4 and all(r["n"] == 2 for r in summary.values())
+    arm = [r for r in rows if (r["proposer"], r["budget"]) == ("confidence", 4)]
+    expected = sum(r["plain_nfe"] for r in arm) / sum(r["spec_nfe"] for r in arm)
+    assert summary["confidence", 4]["speedup_nfe"] == pytest.approx(expected)
+    assert summary["confidence", 4]["exact_rate"] == 1.0
+    assert summary["confidence", 0]["speedup_nfe"] == 1.0
+
+    broken = [r | {"exact": False, "verdict": "logic-error"} if i == 0 else r for i, r in enumerate(rows)]
+    worst = summarize(pa.Table.from_pylist(broken, schema=ROW_SCHEMA)).to_pylist()
+    assert sorted(r["exact_rate"] for r in worst)[0] == 0.5
+    assert pq.read_table(tmp_path / "run" / "summary.parquet").num_rows == 4
