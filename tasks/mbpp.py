@@ -61,11 +61,7 @@ class MBPP:
 
     def score(self, samples: list[Sample], completions: list[str]) -> list[dict[str, Any]]:
         programs = [code_block(cut(c, self.stop_strings)) for c in completions]
-        out = metrics.load("code_pass_at_1").compute(
-            predictions=programs, references=[s.reference for s in samples],
-            timeout_s=self.timeout_s)
-        return [{"correct": ok, "status": status, "stderr": err}
-                for ok, status, err in zip(out["passed"], out["status"], out["stderr"])]
+        return metrics.score_programs(programs, [s.reference for s in samples], self.timeout_s)
 
     def data_status(self, data_dir: str | None = None) -> str:
         return data.status(SOURCE, data_dir)

@@ -22,3 +22,10 @@ def load(name: str) -> Any:
     if not (path / f"{name}.py").is_file():
         raise KeyError(f"no metric module {name!r} in {METRICS_DIR}")
     return evaluate.load(str(path))
+
+
+def score_programs(programs: list[str], tests: list[str], timeout_s: float) -> list[dict[str, Any]]:
+    """pass@1 by execution in the sandbox (MBPP and HumanEval): one result dict per program."""
+    out = load("code_pass_at_1").compute(predictions=programs, references=tests, timeout_s=timeout_s)
+    return [{"correct": ok, "status": status, "stderr": err}
+            for ok, status, err in zip(out["passed"], out["status"], out["stderr"])]
