@@ -102,7 +102,7 @@ def _execute(suite: Suite, run_dir: RunDir, units: list[Unit], skipped: int, add
         gpus, cpus = int(resources.get("GPU", 0)), max(1, int(resources.get("CPU", 1)))
         count = suite.workers or gpus or cpus
         count = min(count, len(units))
-        threads = 1 if gpus else max(1, cpus // count)
+        threads = 1 if gpus else worker_threads(cpus, count)
         run_dir.update_manifest(hardware=driver_hardware() | {
             "ray_nodes": len([n for n in ray.nodes() if n["Alive"]]), "ray_cpus": cpus, "ray_gpus": gpus,
             "workers": count, "threads_per_worker": threads})
@@ -172,16 +172,28 @@ class Worker:
     """A Ray actor (decorated in `_execute`, with the resources of the cluster at hand)."""
 
     def __init__(self, suite: Suite, threads: int):
+        import ray
         import torch
 
         torch.set_num_threads(threads)
         self.evaluator = Evaluator(suite)
+        node = ray.get_runtime_context().get_node_id()[:12]
+        self.evaluator.worker = f"{node}:{self.evaluator.worker}"  # rows say which node and process
 
     def pid(self) -> int:
         return os.getpid()
 
     def evaluate(self, unit: Unit) -> list[list[dict[str, Any]]]:
         return self.evaluator.evaluate(unit)
+
+
+def worker_threads(cpus: int, workers: int) -> int:
+    """Torch threads (and reserved CPUs) per CPU worker: the cluster's cores shared out, capped by
+    the driver's OMP_NUM_THREADS when set: on a machine shared with other jobs, idle OpenMP threads
+    spin-wait and can slow small models down by orders of magnitude."""
+    threads = max(1, cpus // workers)
+    cap = os.environ.get("OMP_NUM_THREADS", "")
+    return min(threads, int(cap)) if cap.isdigit() and int(cap) > 0 else threads
 
 
 def check_address(address: str) -> None:

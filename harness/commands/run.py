@@ -3,12 +3,13 @@
 With no arguments it runs the embedded default suite (`cluster.suite.Suite`). Re-running the same
 command resumes: finished groups are skipped. Exit status: 0 when the run completes, 2 for bad input
 (unknown name, malformed YAML, an output directory of a different config, no Ray cluster at
---address). Correctness verdicts are the gate's job (`spotbench gate`), not this command's.
+--address), 130 when interrupted. Correctness verdicts are the gate's job (`spotbench gate`), not this command's.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def _list(kind: type):
@@ -59,7 +60,11 @@ def run(args: argparse.Namespace) -> int:
         "workers": args.workers,
     })
     output = args.output or str(Path("runs") / (Path(args.suite).stem if args.suite else "default"))
-    result = run_suite(suite, output, address=args.address, progress=not args.no_progress)
+    try:
+        result = run_suite(suite, output, address=args.address, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"\nspotbench: interrupted; run the same command again to resume {output}", file=sys.stderr)
+        return 130
     print(f"run directory: {result.run_dir.path}  (groups written {result.written}, "
           f"already done {result.skipped}, workers {result.workers})")
     print(render_summary(result.summary.to_pylist()))

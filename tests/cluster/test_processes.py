@@ -1,0 +1,117 @@
+"""The runner as a separate process: a killed driver, and a Ray head given by --address.
+
+Every Ray instance here belongs to a process group this test starts, and the group is killed at the
+end, so nothing outlives the test (a SIGKILLed driver cannot stop its own local instance)."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+SPOTBENCH = str(Path(sys.executable).with_name("spotbench"))
+ENV = os.environ | {"OMP_NUM_THREADS": "1"}
+SMALL = ["--models", "tiny-random:sdar", "--proposers", "confidence", "--temperatures", "0",
+         "--budgets", "0,4", "--gen-length", "16", "--block-length", "8", "--no-progress"]
+
+
+def start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([SPOTBENCH, *args], env=ENV, start_new_session=True, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def wait_for_files(samples: Path, count: int, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while len(list(samples.glob("*.parquet"))) < count:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.2)
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def test_a_killed_driver_leaves_a_run_the_next_invocation_completes(tmp_path) -> None:
+    out = tmp_path / "run"
+    args = ["run", *SMALL, "--limit", "10", "--workers", "1", "--output", str(out)]
+    first = start(args)
+    try:
+        wait_for_files(out / "samples", 2, first)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        kill_group(first)
+    assert json.loads((out / "manifest.json").read_text())["status"] == "running"
+    after_kill = len(list((out / "samples").glob("*.parquet")))
+
+    second = start(args)
+    try:
+        wait_for_files(out / "samples", after_kill + 1, second)
+        second.send_signal(signal.SIGINT)
+        _, err = second.communicate(timeout=60)
+    finally:
+        kill_group(second)
+    assert second.returncode == 130 and "run the same command again to resume" in err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "KeyboardInterrupt" in manifest["error"]
+    done = len(list((out / "samples").glob("*.parquet")))
+    assert after_kill < done < 10
+
+    final = subprocess.run([SPOTBENCH, *args], env=ENV, capture_output=True, text=True, timeout=180)
+    assert final.returncode == 0, final.stderr
+    assert f"groups written {10 - done}, already done {done}" in final.stdout
+    rows = pq.read_table(out / "samples").to_pylist()
+    assert Counter((r["sample_id"], r["budget"]) for r in rows) == Counter(
+        {(f"test/{i}", b): 1 for i in range(10) for b in (0, 4)})
+    assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
+    assert not list(out.rglob(".tmp-*"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_address_runs_on_an_existing_ray_head(tmp_path) -> None:
+    # Ray sends its token (~/.ray/auth_token) to an explicit address only when told to
+    env = ENV | {"RAY_AUTH_MODE": "token"}
+    port = free_port()
+    temp_dir = tempfile.mkdtemp(prefix="rh", dir="/tmp")  # short: Ray's socket paths live under it
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    head = subprocess.Popen([ray_cli, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
+                             "--num-cpus=1", "--include-dashboard=false", f"--temp-dir={temp_dir}", "--block"],
+                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert head.poll() is None and time.monotonic() < deadline, "the Ray head did not start"
+                time.sleep(0.5)
+        out = tmp_path / "run"
+        result = subprocess.run([SPOTBENCH, "run", *SMALL, "--limit", "2", "--output", str(out),
+                                 "--address", f"127.0.0.1:{port}"],
+                                env=env, capture_output=True, text=True, timeout=180)
+        assert result.returncode == 0, result.stderr
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["status"] == "complete" and manifest["hardware"]["ray_cpus"] == 1
+        assert pq.read_table(out / "samples").num_rows == 4
+    finally:
+        kill_group(head)
+        shutil.rmtree(temp_dir, ignore_errors=True)

@@ -1,0 +1,65 @@
+"""The Ray runner on one shared local Ray instance: rows exactly once, resume, a killed worker."""
+
+import os
+import signal
+from collections import Counter
+
+import pyarrow.parquet as pq
+import pytest
+import ray
+
+from cluster.runner import run_suite
+from cluster.suite import Suite
+from harness.results import KEY_FIELDS
+
+SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence", "oracle"), limit=3,
+              temperatures=(0.0, 1.0), budgets=(0, 4), gen_length=16, block_length=8, workers=2)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
+    yield
+    ray.shutdown()
+
+
+def keys(run_dir) -> Counter:
+    return Counter(tuple(r[f] for f in KEY_FIELDS) for r in run_dir.read_rows().to_pylist())
+
+
+def test_every_row_once_and_a_rerun_writes_nothing(tmp_path) -> None:
+    result = run_suite(SUITE, tmp_path / "run", progress=False)
+    counts = keys(result.run_dir)
+    assert len(counts) == 3 * 2 * 2 * 2 and set(counts.values()) == {1}
+    assert result.written == 6 and result.run_dir.manifest()["status"] == "complete"
+    assert {r["n"] for r in result.summary.to_pylist()} == {3}
+    rows = result.run_dir.read_rows().to_pylist()
+    # the plain reference of a group is decoded once, on the worker that runs all of its arms
+    by_group = {}
+    for r in rows:
+        by_group.setdefault((r["sample_id"], r["temperature"]), set()).add((r["plain_wall_s"], r["worker"]))
+    assert all(len(v) == 1 for v in by_group.values())
+    mtimes = {p: p.stat().st_mtime_ns for p in result.run_dir.samples_dir.iterdir()}
+    again = run_suite(SUITE, tmp_path / "run", progress=False)
+    assert (again.written, again.skipped) == (0, 6)
+    assert {p: p.stat().st_mtime_ns for p in result.run_dir.samples_dir.iterdir()} == mtimes
+
+
+def test_a_killed_worker_is_replaced_and_every_row_lands_once(tmp_path) -> None:
+    suite = Suite(**{**SUITE.__dict__, "limit": 6, "temperatures": (0.0,), "workers": 1})
+    killed: list[int] = []
+
+    def kill_the_worker(written: int) -> None:
+        if killed:
+            return
+        [path] = list((tmp_path / "run" / "samples").glob("*.parquet"))
+        pid = int(pq.read_table(path).column("worker")[0].as_py().rsplit(":", 1)[1])
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    result = run_suite(suite, tmp_path / "run", progress=False, on_write=kill_the_worker)
+    counts = keys(result.run_dir)
+    assert killed and len(counts) == 6 * 4 and set(counts.values()) == {1}
+    workers = {r["worker"].rsplit(":", 1)[1] for r in result.run_dir.read_rows().to_pylist()}
+    assert str(killed[0]) in workers and len(workers) == 2  # the replacement finished the run
+    assert result.run_dir.manifest()["status"] == "complete"

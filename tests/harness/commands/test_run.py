@@ -1,0 +1,70 @@
+from pathlib import Path
+
+import pytest
+
+from cluster.suite import Suite, build_suite, load_suite
+from harness.cli import main
+from harness.errors import UserError
+from harness.results import RunDir
+
+SUITES = Path(__file__).resolve().parents[3] / "suites"
+SMALL = ["--models", "tiny-random:sdar", "--limit", "1", "--gen-length", "16", "--block-length", "8"]
+
+
+def test_the_default_suite_file_is_the_embedded_default() -> None:
+    assert build_suite(load_suite(SUITES / "default.yaml"), {}) == Suite()
+    assert Suite().models == ("sdar-a",) and "confidence-branch" in Suite().proposers
+    assert Suite().temperatures == (0.0, 1.0) and Suite().num_fewshot == 0
+
+
+def test_flags_override_the_file_and_lists_are_typed(tmp_path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("models: tiny-random:llada\nbudgets: [1, 2]\ntemperatures: [0, 0.5]\nworkers: 3\n")
+    suite = build_suite(load_suite(path), {"budgets": [4], "limit": None})
+    assert suite.models == ("tiny-random:llada",) and suite.budgets == (4,)
+    assert suite.temperatures == (0.0, 0.5) and suite.limit == Suite().limit
+    assert "workers" not in suite.config() and suite.config()["budgets"] == [4]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--models", "nope"], "unknown model 'nope'"),
+    (["--proposers", "spot9"], "unknown proposer 'spot9'"),
+    (["--tasks", "nope"], "unknown task 'nope'"),
+    (["--rules", "median"], "unknown rule 'median'"),
+    (["--budgets", "-1"], "budgets must be >= 0"),
+    (["--gen-length", "20"], "must be a positive multiple"),
+    (["--address", "127.0.0.1:1"], "no Ray cluster at --address 127.0.0.1:1"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args, message) -> None:
+    out = tmp_path / "run"
+    assert main(["run", *SMALL, "--output", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("spotbench: error: ") and message in err and "\n" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("models: [sdar-a\n", "not valid YAML (line 2)"),
+    ("- a list\n", "must be a mapping"),
+    ("modles: [sdar-a]\n", "unknown setting 'modles'"),
+    ("limit: many\n", "limit must be int"),
+    ("budgets: [true]\n", "budgets must be int"),
+])
+def test_a_malformed_suite_is_one_line_exit_2(tmp_path, capsys, text, message) -> None:
+    path = tmp_path / "suite.yaml"
+    path.write_text(text)
+    assert main(["run", "--suite", str(path), "--output", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and not (tmp_path / "run").exists()
+
+
+def test_an_output_directory_of_another_config_is_refused_untouched(tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    suite = build_suite({}, {"models": ["tiny-random:sdar"], "limit": 2})
+    RunDir.open(out, suite.config(), [0])
+    before = (out / "manifest.json").read_text()
+    assert main(["run", *SMALL, "--output", str(out)]) == 2
+    assert "different config" in capsys.readouterr().err
+    assert (out / "manifest.json").read_text() == before
+    with pytest.raises(UserError, match="seeds must be"):
+        build_suite({}, {"seeds": [2**63]})
