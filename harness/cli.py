@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "harness.commands.diagnose",
     "harness.commands.tasks_cmd",
     "harness.commands.run",
+    "harness.commands.gate",
 ]
 
 

@@ -1,0 +1,122 @@
+"""The regression gate: compare a run's summary with a baseline's, arm by arm.
+
+An arm is (model, proposer, task, temperature, rule, budget). It fails when
+
+- `exact_rate` < 100%: the lossless claim is the product, so one divergent sample fails the gate
+  (exactness does not need a baseline; checked on every arm of the run);
+- `mean_accept_len` < `accept_fraction` x the baseline's: the proposer got worse;
+- `speedup_nfe` or `speedup_wall` is outside a relative noise band around the baseline's. The band
+  is two-sided on purpose: an unexplained jump is as suspicious as a drop (a change in pass
+  accounting, a stale baseline) and is resolved by refreshing the baseline. Pass counts are
+  deterministic, so their band is narrow; wall time is noisy, so its band is wide;
+- `accuracy` < the Wilson lower bound of the baseline's accuracy (its k correct of n at `z`): a
+  drop the baseline's own sampling noise cannot explain;
+- the arm is missing from the run, or the run did not complete.
+
+Arms of the run without a baseline arm are only checked for exactness.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from harness.errors import UserError
+from harness.results import SUMMARY_KEY, RunDir
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    accept_fraction: float = 0.95
+    nfe_band: float = 0.05
+    wall_band: float = 0.5
+    z: float = 1.96
+
+
+@dataclass(frozen=True)
+class Check:
+    arm: str
+    metric: str
+    value: float | None
+    baseline: float | None
+    allowed: str
+    ok: bool
+
+
+def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (sound at 0% and 100%, unlike the normal one)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def load_summary(path: str | Path) -> tuple[list[dict[str, Any]], str | None]:
+    """Summary rows and run status of a run directory, or of a bare summary.parquet (status None)."""
+    path = Path(path)
+    if path.is_file():
+        try:
+            return pq.read_table(path).to_pylist(), None
+        except Exception as error:  # pyarrow raises several types for a file that is not Parquet
+            raise UserError(f"cannot read summary {path}: {error}") from None
+    if not (path / "manifest.json").exists():
+        raise UserError(f"{path} is neither a run directory nor a summary.parquet file")
+    run = RunDir(path)
+    return run.read_summary().to_pylist(), run.manifest().get("status")
+
+
+def gate(run: list[dict[str, Any]], baseline: list[dict[str, Any]], status: str | None,
+         thresholds: Thresholds = Thresholds()) -> list[Check]:
+    checks = []
+    if status not in (None, "complete"):
+        checks.append(Check("(run)", "status", None, None, "complete", False))
+    by_key = {tuple(r[k] for k in SUMMARY_KEY): r for r in run}
+    for row in run:
+        checks.append(Check(arm_name(row), "exact_rate", row["exact_rate"], None, "= 1", row["exact_rate"] == 1.0))
+    t = thresholds
+    for base in baseline:
+        arm = arm_name(base)
+        row = by_key.get(tuple(base[k] for k in SUMMARY_KEY))
+        if row is None:
+            checks.append(Check(arm, "present", None, None, "in the run", False))
+            continue
+        floor = t.accept_fraction * base["mean_accept_len"]
+        checks.append(Check(arm, "mean_accept_len", row["mean_accept_len"], base["mean_accept_len"],
+                            f">= {floor:.3f}", row["mean_accept_len"] >= floor))
+        for metric, band in (("speedup_nfe", t.nfe_band), ("speedup_wall", t.wall_band)):
+            if base[metric] is None or row[metric] is None:
+                continue
+            low, high = base[metric] * (1 - band), base[metric] * (1 + band)
+            checks.append(Check(arm, metric, row[metric], base[metric], f"{low:.3f}..{high:.3f}",
+                                low <= row[metric] <= high))
+        lower, _ = wilson_interval(base["correct"], base["n"], t.z)
+        checks.append(Check(arm, "accuracy", row["accuracy"], base["accuracy"], f">= {lower:.3f}",
+                            row["accuracy"] >= lower))
+    return checks
+
+
+def arm_name(row: dict[str, Any]) -> str:
+    return (f"{row['model']}/{row['task']} T={row['temperature']:g} {row['rule']} "
+            f"{row['proposer']}@{row['budget']}")
+
+
+def render(checks: list[Check], all_checks: bool = False) -> str:
+    shown = checks if all_checks else [c for c in checks if not c.ok]
+    header = ("arm", "metric", "run", "baseline", "allowed", "")
+    lines = [header] + [(c.arm, c.metric, _num(c.value), _num(c.baseline), c.allowed, "ok" if c.ok else "FAIL")
+                        for c in shown]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    table = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines]
+    failed = sum(not c.ok for c in checks)
+    verdict = f"gate: {'FAIL' if failed else 'PASS'}: {failed} of {len(checks)} checks failed"
+    return "\n".join((table if shown else []) + [verdict])
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"

@@ -1,0 +1,79 @@
+import pytest
+
+from cluster.evaluate import Evaluator, Unit
+from cluster.suite import Suite
+from harness.cli import main
+from harness.gate import Check, Thresholds, gate, render, wilson_interval
+from harness.results import RunDir, group_id
+from tasks.registry import get_task
+
+SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence",), limit=4, temperatures=(0.0,),
+              budgets=(4,), gen_length=16, block_length=8)
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    evaluator = Evaluator(SUITE)
+    samples = get_task("arith").load("test", limit=4)
+    return [r for s in samples for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", s, SUITE.groups()))
+            for r in g]
+
+
+def write_run(path, rows, status="complete") -> str:
+    run = RunDir.open(path, SUITE.config(), [0])
+    groups: dict[str, list] = {}
+    for row in rows:
+        groups.setdefault(group_id(row), []).append(row)
+    for group in groups.values():
+        run.write_group(group)
+    run.write_summary()
+    run.update_manifest(status=status)
+    return str(path)
+
+
+def test_wilson_interval_matches_known_values() -> None:
+    low, high = wilson_interval(8, 10)
+    assert low == pytest.approx(0.4902, abs=1e-4) and high == pytest.approx(0.9433, abs=1e-4)
+    assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(10, 10)[1] == 1.0
+
+
+def test_a_run_equal_to_its_baseline_passes(tmp_path, rows, capsys) -> None:
+    base = write_run(tmp_path / "base", [r | {"correct": True} for r in rows])
+    run = write_run(tmp_path / "run", [r | {"correct": True} for r in rows])
+    assert main(["gate", run, "--baseline", base]) == 0
+    assert "gate: PASS: 0 of 5 checks failed" in capsys.readouterr().out
+    assert main(["gate", run, "--baseline", f"{base}/summary.parquet"]) == 0
+
+
+def test_a_regressed_run_fails_with_a_table(tmp_path, rows, capsys) -> None:
+    base = write_run(tmp_path / "base", [r | {"correct": True} for r in rows])
+    bad = [r | {"correct": False, "spec_nfe": r["spec_nfe"] * 2, "spec_commits": r["spec_commits"],
+                "spec_wall_s": r["spec_wall_s"] * 4} for r in rows]
+    bad[0] |= {"exact": False, "verdict": "logic-error"}
+    run = write_run(tmp_path / "run", bad)
+    assert main(["gate", run, "--baseline", base]) == 1
+    out = capsys.readouterr().out
+    for metric in ("exact_rate", "mean_accept_len", "speedup_nfe", "speedup_wall", "accuracy"):
+        assert any(line.split()[4] == metric and line.endswith("FAIL") for line in out.splitlines()
+                   if len(line.split()) > 5), metric
+    assert "gate: FAIL: 5 of 5 checks failed" in out
+
+
+def test_a_small_accuracy_drop_within_the_wilson_bound_passes(rows) -> None:
+    base = {"model": "m", "proposer": "p", "task": "t", "temperature": 0.0, "rule": "top1", "budget": 4,
+            "n": 20, "correct": 10, "accuracy": 0.5, "exact_rate": 1.0, "mean_accept_len": 2.0,
+            "speedup_nfe": 2.0, "speedup_wall": 1.5}
+    ok = gate([base | {"accuracy": 0.35}], [base], "complete")
+    assert all(c.ok for c in ok)
+    low = gate([base | {"accuracy": 0.25}], [base], "complete")
+    assert [c.metric for c in low if not c.ok] == ["accuracy"]
+    faster = gate([base | {"speedup_nfe": 2.5}], [base], "complete", Thresholds(nfe_band=0.05))
+    assert [c.metric for c in faster if not c.ok] == ["speedup_nfe"]
+    missing = gate([], [base], "running")
+    assert {c.metric for c in missing if not c.ok} == {"status", "present"}
+    assert "FAIL" in render([Check("a", "m", 1.0, 2.0, ">= 1.9", False)])
+
+
+def test_bad_paths_are_exit_2(tmp_path, capsys) -> None:
+    assert main(["gate", str(tmp_path), "--baseline", str(tmp_path)]) == 2
+    assert "neither a run directory nor a summary" in capsys.readouterr().err
