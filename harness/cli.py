@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "harness.commands.tasks_cmd",
     "harness.commands.run",
     "harness.commands.gate",
+    "harness.commands.report",
 ]
 
 

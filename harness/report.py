@@ -1,0 +1,244 @@
+"""`report.html`: one self-contained page per run directory (inline CSS and SVG, no script, no network).
+
+Plots are drawn as SVG by hand rather than with a plotting library so the page has no dependency,
+opens offline anywhere and stays small: speedup vs budget per proposer, histograms of transitions
+committed per pass, target passes per generated token, plus exactness and accuracy tables.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+from typing import Any
+
+from harness.results import RunDir
+
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
+W, H, PAD = 360, 220, 42
+
+
+def render_report(run: RunDir) -> str:
+    manifest = run.manifest()
+    summary = run.read_summary().to_pylist()
+    rows = run.read_rows().to_pylist()
+    proposers = sorted({r["proposer"] for r in summary})
+    colour = {p: COLOURS[i % len(COLOURS)] for i, p in enumerate(proposers)}
+    sections = [
+        _header(manifest, len(rows)),
+        _section("Speedup vs budget (solid: target passes, dashed: wall time)", _speedup_charts(summary, colour)),
+        _section("Transitions committed per pass (largest budget)", _accept_histograms(rows, colour)),
+        _section("Target passes per generated token", _nfe_per_token(summary, colour)),
+        _section("Exactness", _exactness_table(summary, rows)),
+        _section("Accuracy", _accuracy_table(summary)),
+    ]
+    legend = " ".join(f'<span class="key" style="background:{colour[p]}"></span>{_e(p)}' for p in proposers)
+    return PAGE.format(title=_e(f"spotbench run {run.path.name}"), legend=legend, body="\n".join(sections))
+
+
+def write_report(run: RunDir) -> str:
+    path = run.path / "report.html"
+    path.write_text(render_report(run), encoding="utf-8")
+    return str(path)
+
+
+def _header(manifest: dict[str, Any], rows: int) -> str:
+    config = manifest.get("config", {})
+    items = [("status", manifest.get("status")), ("rows", rows), ("git", manifest.get("git_revision")),
+             ("created", manifest.get("created")), ("schema", manifest.get("schema_version")),
+             ("hardware", ", ".join(f"{k}={v}" for k, v in manifest.get("hardware", {}).items())),
+             *config.items()]
+    cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(_text(v))}</td></tr>" for k, v in items)
+    return f'<table class="meta">{cells}</table>'
+
+
+def _speedup_charts(summary: list[dict], colour: dict[str, str]) -> str:
+    panels = defaultdict(lambda: defaultdict(list))
+    for r in summary:
+        panels[_panel(r)][r["proposer"]].append(r)
+    charts = []
+    for title, by_proposer in sorted(panels.items()):
+        series = []
+        for proposer, arms in sorted(by_proposer.items()):
+            arms.sort(key=lambda r: r["budget"])
+            series.append((colour[proposer], "", [(r["budget"], r["speedup_nfe"]) for r in arms]))
+            series.append((colour[proposer], "5,4", [(r["budget"], r["speedup_wall"]) for r in arms
+                                                    if r["speedup_wall"] is not None]))
+        charts.append(_line_chart(title, series, "budget (draft nodes per pass)", "speedup (x)"))
+    return "".join(charts)
+
+
+def _accept_histograms(rows: list[dict], colour: dict[str, str]) -> str:
+    largest: dict[tuple, int] = {}
+    for r in rows:
+        key = (_panel(r), r["proposer"])
+        largest[key] = max(largest.get(key, 0), r["budget"])
+    counts: dict[tuple, list[int]] = {}
+    for r in rows:
+        key = (_panel(r), r["proposer"])
+        if r["budget"] != largest[key]:
+            continue
+        depth = r["accepted_per_depth"] or []
+        # a pass commits 1 + (deepest accepted depth) transitions; depth[d] counts passes reaching d + 1
+        hist = [r["spec_nfe"] - (depth[0] if depth else 0)]
+        hist += [depth[d] - (depth[d + 1] if d + 1 < len(depth) else 0) for d in range(len(depth))]
+        total = counts.setdefault(key, [])
+        total.extend([0] * (len(hist) - len(total)))
+        for i, c in enumerate(hist):
+            total[i] += c
+    charts = []
+    for (panel, proposer), hist in sorted(counts.items()):
+        bars = [(str(i + 1), f"{i + 1} per pass", c, colour[proposer]) for i, c in enumerate(hist)]
+        title = f"{panel} {proposer}@{largest[panel, proposer]}"
+        charts.append(_bar_chart(title, bars, "transitions per pass", "passes"))
+    return "".join(charts)
+
+
+def _nfe_per_token(summary: list[dict], colour: dict[str, str]) -> str:
+    groups = defaultdict(list)
+    for r in summary:
+        groups[(r["model"], r["task"])].append(r)
+    charts = []
+    for (model, task), arms in sorted(groups.items()):
+        top = max(r["budget"] for r in arms)
+        arms = [r for r in arms if r["budget"] == top]
+        plain = sum(r["plain_nfe_per_token"] for r in arms) / len(arms)
+        bars = [("plain", "plain", plain, "#7f7f7f")]
+        bars += [(f"T={r['temperature']:g}", _arm(r), r["spec_nfe_per_token"], colour[r["proposer"]])
+                 for r in sorted(arms, key=lambda r: (r["proposer"], r["temperature"], r["rule"]))]
+        charts.append(_bar_chart(f"{model}/{task} (budget {top})", bars, "", "passes per token"))
+    return "".join(charts)
+
+
+def _exactness_table(summary: list[dict], rows: list[dict]) -> str:
+    verdicts = defaultdict(lambda: defaultdict(int))
+    for r in rows:
+        verdicts[_arm(r)][r["verdict"]] += 1
+    head = "<tr><th>arm</th><th>n</th><th>exact</th><th>near-tie</th><th>logic-error</th><th>exact rate</th></tr>"
+    body = "".join(
+        f'<tr class="{"ok" if r["exact_rate"] == 1 else "bad"}"><td>{_e(_arm(r))}</td><td>{r["n"]}</td>'
+        + "".join(f"<td>{verdicts[_arm(r)][v]}</td>" for v in ("exact", "near-tie", "logic-error"))
+        + f'<td>{r["exact_rate"]:.1%}</td></tr>' for r in summary)
+    return f"<table>{head}{body}</table>"
+
+
+def _accuracy_table(summary: list[dict]) -> str:
+    head = ("<tr><th>arm</th><th>n</th><th>accuracy (plain)</th><th>accuracy (spec)</th>"
+            "<th>mean accept len</th><th>speedup nfe</th><th>speedup wall</th><th>stale hit rate</th></tr>")
+    body = "".join(
+        f"<tr><td>{_e(_arm(r))}</td><td>{r['n']}</td><td>{r['accuracy']:.1%}</td><td>{r['spec_accuracy']:.1%}</td>"
+        f"<td>{r['mean_accept_len']:.2f}</td><td>{r['speedup_nfe']:.2f}x</td><td>{_x(r['speedup_wall'])}</td>"
+        f"<td>{_pct(r['stale_hit_rate'])}</td></tr>" for r in summary)
+    return f"<table>{head}{body}</table>"
+
+
+def _line_chart(title: str, series: list[tuple[str, str, list[tuple[float, float]]]], xlabel: str,
+                ylabel: str) -> str:
+    points = [p for _, _, pts in series for p in pts]
+    if not points:
+        return ""
+    xs, ys = [x for x, _ in points], [y for _, y in points] + [0.0, 1.0]
+    sx, sy = _scale(min(xs), max(xs), PAD, W - 10), _scale(0.0, max(ys) * 1.1, H - PAD, 20)
+    parts = [_axes(title, xlabel, ylabel, sorted(set(xs)), sx, _ticks(max(ys) * 1.1), sy)]
+    parts.append(f'<line x1="{PAD}" x2="{W - 10}" y1="{sy(1):.1f}" y2="{sy(1):.1f}" class="unit"/>')
+    for stroke, dash, pts in series:
+        if not pts:
+            continue
+        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{stroke}" stroke-width="2"'
+                     f' stroke-dasharray="{dash or "none"}"/>')
+        parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{stroke}"><title>{x}: {y:.3f}x'
+                  f'</title></circle>' for x, y in pts]
+    return _svg(parts)
+
+
+def _bar_chart(title: str, bars: list[tuple[str, str, float, str]], xlabel: str, ylabel: str) -> str:
+    """bars: (short label under the bar, full label in its tooltip, value, colour)."""
+    top = max([v for _, _, v, _ in bars] + [1e-9]) * 1.1
+    sy = _scale(0.0, top, H - PAD, 20)
+    slot = (W - PAD - 10) / max(1, len(bars))
+    parts = [_axes(title, xlabel, ylabel, [], None, _ticks(top), sy)]
+    for i, (label, full, value, fill) in enumerate(bars):
+        x = PAD + i * slot + slot * 0.15
+        parts.append(f'<rect x="{x:.1f}" y="{sy(value):.1f}" width="{slot * 0.7:.1f}" '
+                     f'height="{max(0.0, H - PAD - sy(value)):.1f}" fill="{fill}"><title>{_e(full)}: '
+                     f'{value:.4g}</title></rect>')
+        if len(bars) <= 12:
+            parts.append(f'<text x="{x + slot * 0.35:.1f}" y="{H - PAD + 12}" class="tick" '
+                         f'text-anchor="middle">{_e(label)}</text>')
+    return _svg(parts)
+
+
+def _axes(title: str, xlabel: str, ylabel: str, xticks: list, sx, yticks: list[float], sy) -> str:
+    parts = [f'<text x="{W / 2}" y="13" class="title" text-anchor="middle">{_e(title)}</text>',
+             f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - 10}" y2="{H - PAD}" class="axis"/>',
+             f'<line x1="{PAD}" y1="20" x2="{PAD}" y2="{H - PAD}" class="axis"/>',
+             f'<text x="{W / 2}" y="{H - 8}" class="label" text-anchor="middle">{_e(xlabel)}</text>',
+             f'<text x="11" y="{H / 2}" class="label" text-anchor="middle" '
+             f'transform="rotate(-90 11 {H / 2})">{_e(ylabel)}</text>']
+    parts += [f'<text x="{PAD - 4}" y="{sy(v) + 3:.1f}" class="tick" text-anchor="end">{v:g}</text>' for v in yticks]
+    if sx:
+        parts += [f'<text x="{sx(v):.1f}" y="{H - PAD + 12}" class="tick" text-anchor="middle">{v:g}</text>'
+                  for v in xticks]
+    return "".join(parts)
+
+
+def _svg(parts: list[str]) -> str:
+    return f'<svg viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img">{"".join(parts)}</svg>'
+
+
+def _scale(lo: float, hi: float, out_lo: float, out_hi: float):
+    span = (hi - lo) or 1.0
+    return lambda v: out_lo + (v - lo) / span * (out_hi - out_lo)
+
+
+def _ticks(top: float) -> list[float]:
+    step = next(s for s in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 1e9) if top / s <= 6)
+    return [round(i * step, 6) for i in range(int(top / step) + 1)]
+
+
+def _panel(r: dict) -> str:
+    return f"{r['model']}/{r['task']} T={r['temperature']:g} {r['rule']}"
+
+
+def _arm(r: dict) -> str:
+    return f"{_panel(r)} {r['proposer']}@{r['budget']}"
+
+
+def _section(title: str, content: str) -> str:
+    return f"<section><h2>{_e(title)}</h2><div class='charts'>{content or '<p>no data</p>'}</div></section>"
+
+
+def _text(value: Any) -> str:
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text))
+
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font: 13px system-ui, sans-serif; margin: 20px; color: #222; }}
+h1 {{ font-size: 20px; }} h2 {{ font-size: 15px; margin-top: 24px; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 2px 8px; text-align: left; }}
+table.meta th {{ background: #f4f4f4; }} tr.bad td {{ background: #fdd; }} tr.ok td:last-child {{ color: #080; }}
+.charts {{ display: flex; flex-wrap: wrap; gap: 12px; }}
+svg {{ border: 1px solid #ddd; background: #fff; }}
+svg .title {{ font-size: 11px; font-weight: 600; }} svg .label {{ font-size: 10px; }}
+svg .tick {{ font-size: 9px; fill: #555; }} svg .axis {{ stroke: #333; }}
+svg .unit {{ stroke: #aaa; stroke-dasharray: 2,3; }}
+.key {{ display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; vertical-align: middle; }}
+</style></head>
+<body><h1>{title}</h1><p>proposers: {legend}</p>
+{body}
+</body></html>
+"""
