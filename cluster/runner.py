@@ -1,6 +1,8 @@
 """The driver: shard a suite's prompts over Ray worker actors, write rows as they arrive, resume.
 
-Work is planned per prompt (a `Unit`: one sample of one (model, task) with its pending groups). Each
+Work is planned per group (a `Unit`: one sample of one (model, task) at one (temperature, rule,
+seed), i.e. one plain reference and all of its arms): the finest unit that keeps an arm next to its
+reference, so the last units of a run spread evenly over the workers. Each
 worker actor holds one `Evaluator` (targets loaded once, on first use) and gets at most two units in
 flight, so it never waits for the driver. The driver is the only writer: it writes each finished
 group atomically under a name derived from the group key and skips groups already on disk, so
@@ -58,8 +60,7 @@ def plan(suite: Suite, run_dir: RunDir) -> tuple[list[Unit], int]:
                 pending = tuple(g for g in suite.groups() if group_id(
                     key | {"temperature": g[0], "rule": g[1], "seed": g[2]}) not in done)
                 skipped += len(suite.groups()) - len(pending)
-                if pending:
-                    units.append(Unit(model, task, sample, pending))
+                units += [Unit(model, task, sample, (group,)) for group in pending]
     return units, skipped
 
 
