@@ -17,6 +17,12 @@ def test_the_default_suite_file_is_the_embedded_default() -> None:
     assert Suite().temperatures == (0.0, 1.0) and Suite().num_fewshot == 0
 
 
+@pytest.mark.parametrize("path", sorted(SUITES.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_suite_is_valid(path) -> None:
+    suite = build_suite(load_suite(path), {})
+    assert suite.num_fewshot == 0  # the zoo targets are trained zero-shot
+
+
 def test_flags_override_the_file_and_lists_are_typed(tmp_path) -> None:
     path = tmp_path / "s.yaml"
     path.write_text("models: tiny-random:llada\nbudgets: [1, 2]\ntemperatures: [0, 0.5]\nworkers: 3\n")
