@@ -11,6 +11,7 @@ import html
 from collections import defaultdict
 from typing import Any
 
+from harness.gate import wilson_interval
 from harness.results import RunDir
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
@@ -29,6 +30,7 @@ def render_report(run: RunDir) -> str:
         _section("Transitions committed per pass (largest budget)", _accept_histograms(rows, colour)),
         _section("Target passes per generated token", _nfe_per_token(summary, colour)),
         _section("Exactness", _exactness_table(summary, rows)),
+        _section("Accuracy of the plain reference (95% Wilson interval)", _accuracy_charts(summary)),
         _section("Accuracy", _accuracy_table(summary)),
     ]
     legend = " ".join(f'<span class="key" style="background:{colour[p]}"></span>{_e(p)}' for p in proposers)
@@ -109,6 +111,19 @@ def _nfe_per_token(summary: list[dict], colour: dict[str, str]) -> str:
     return "".join(charts)
 
 
+def _accuracy_charts(summary: list[dict]) -> str:
+    """Plain accuracy per (temperature, rule): every arm of a group shares its plain reference."""
+    groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    for r in summary:
+        groups[(r["model"], r["task"])].setdefault(f"T={r['temperature']:g} {r['rule']}", r)
+    charts = []
+    for (model, task), by_setting in sorted(groups.items()):
+        bars = [(label, f"{label}: {r['correct']} of {r['n']}", r["accuracy"], "#7f7f7f",
+                 wilson_interval(r["correct"], r["n"])) for label, r in sorted(by_setting.items())]
+        charts.append(_bar_chart(f"{model}/{task}", bars, "", "accuracy", top=1.0))
+    return "".join(charts)
+
+
 def _exactness_table(summary: list[dict], rows: list[dict]) -> str:
     verdicts = defaultdict(lambda: defaultdict(int))
     for r in rows:
@@ -151,17 +166,21 @@ def _line_chart(title: str, series: list[tuple[str, str, list[tuple[float, float
     return _svg(parts)
 
 
-def _bar_chart(title: str, bars: list[tuple[str, str, float, str]], xlabel: str, ylabel: str) -> str:
-    """bars: (short label under the bar, full label in its tooltip, value, colour)."""
-    top = max([v for _, _, v, _ in bars] + [1e-9]) * 1.1
+def _bar_chart(title: str, bars: list[tuple], xlabel: str, ylabel: str, top: float | None = None) -> str:
+    """bars: (short label under the bar, full label in its tooltip, value, colour[, (low, high)])."""
+    top = top or max([b[2] for b in bars] + [1e-9]) * 1.1
     sy = _scale(0.0, top, H - PAD, 20)
     slot = (W - PAD - 10) / max(1, len(bars))
     parts = [_axes(title, xlabel, ylabel, [], None, _ticks(top), sy)]
-    for i, (label, full, value, fill) in enumerate(bars):
+    for i, (label, full, value, fill, *interval) in enumerate(bars):
         x = PAD + i * slot + slot * 0.15
         parts.append(f'<rect x="{x:.1f}" y="{sy(value):.1f}" width="{slot * 0.7:.1f}" '
                      f'height="{max(0.0, H - PAD - sy(value)):.1f}" fill="{fill}"><title>{_e(full)}: '
                      f'{value:.4g}</title></rect>')
+        if interval:
+            (low, high), mid = interval[0], x + slot * 0.35
+            parts.append(f'<path d="M{mid - 4:.1f},{sy(high):.1f}h8M{mid:.1f},{sy(high):.1f}V{sy(low):.1f}'
+                         f'M{mid - 4:.1f},{sy(low):.1f}h8" stroke="#000" fill="none"/>')
         if len(bars) <= 12:
             parts.append(f'<text x="{x + slot * 0.35:.1f}" y="{H - PAD + 12}" class="tick" '
                          f'text-anchor="middle">{_e(label)}</text>')

@@ -33,10 +33,12 @@ def test_the_report_is_one_self_contained_page_with_every_plot(run_dir, capsys) 
     assert capsys.readouterr().out.strip().endswith("report.html")
     assert not re.search(r"""(src|href)\s*=|url\(|https?://|<link|<script""", page)
     for title in ("Speedup vs budget", "Transitions committed per pass", "Target passes per generated token",
-                  "Exactness", "Accuracy"):
+                  "Exactness", "Accuracy of the plain reference", "Accuracy"):
         assert title in page
-    # speedup: one panel per temperature; histograms: per panel and proposer; passes per token: one
-    assert page.count("<svg") == 2 + 4 + 1
+    # speedup: one panel per temperature; histograms: per panel and proposer; passes per token and
+    # accuracy: one per (model, task)
+    assert page.count("<svg") == 2 + 4 + 1 + 1
+    assert page.count("<path") == 2  # the accuracy bars' Wilson intervals (T=0, T=1)
     assert page.count("<polyline") == 2 * 2 * 2  # per panel: nfe and wall line per proposer
     assert "tiny-random:sdar/arith T=1 top1 oracle@4" in page
 

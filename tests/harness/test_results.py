@@ -99,3 +99,12 @@ def test_summary_is_ratios_of_sums_per_arm(tmp_path, groups) -> None:
     worst = summarize(pa.Table.from_pylist(broken, schema=ROW_SCHEMA)).to_pylist()
     assert sorted(r["exact_rate"] for r in worst)[0] == 0.5
     assert pq.read_table(tmp_path / "run" / "summary.parquet").num_rows == 4
+
+
+def test_exact_mode_rows_are_float64_and_exact() -> None:
+    suite = Suite(**{**SUITE.__dict__, "exact": True, "proposers": ("confidence",), "budgets": (4,),
+                     "temperatures": (1.0,)})
+    sample = get_task("arith").load("test", limit=1)[0]
+    [[row]] = Evaluator(suite).evaluate(Unit(suite.models[0], "arith", sample, suite.groups()))
+    assert row["exact_mode"] and row["near_tie_tolerance"] == 1e-9
+    assert row["exact"] and row["spec_completion"] == row["completion"]
