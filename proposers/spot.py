@@ -1,0 +1,191 @@
+"""SPOT: a learned proposer of the order in which the target commits positions (DESIGN.md section 1).
+
+The target's stale view (its previous pass over the block) already holds the right token at most
+positions; what is hard to guess is the *order*. `SpotNet`, a small transformer over the B block
+positions (~0.62M parameters), reads only features of the stale view (per position: top-k
+probabilities, entropy, margin, the coupled-noise candidate's log-probabilities at this depth), the
+position in the block and the path of commits already hypothesized on the current tree branch, and
+outputs a distribution over the next committed position. Its inputs never contain token ids or the
+vocabulary size, so one checkpoint runs on any target (transfer).
+
+`SpotProposer` grows a general tree best-first by cumulative path probability up to the budget. The
+token at a drafted position is the stale view's candidate under the same rule as the target's
+(`argmax(logit/T + G(seed, s + depth))`, mask excluded), so with coupled noise a right order is
+accepted at any temperature. The verifier decides what is committed, so SPOT is lossless by
+construction whatever the network outputs.
+
+Scope: SPOT orders single commits, i.e. the `top1` rule. Under a threshold rule a node commits a set;
+there SPOT delegates to the confidence chain (the rule simulated on the stale logits), and SPOT-Sets
+is left to its own proposer. Without a stale view (first pass of a block on block-causal targets) it
+drafts nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
+from harness.decoding.rules import greedy_tokens
+from proposers.confidence import ConfidenceProposer
+
+TOP_K = 8
+STATIC_FEATURES = TOP_K + 3
+"""Per position, independent of depth: top-k probabilities, entropy, margin, log top-1 probability."""
+CANDIDATE_FEATURES = 3
+"""Per position and depth: candidate's log-prob (untempered, tempered), candidate == greedy token."""
+LOG_FLOOR = -30.0
+WEIGHTS_FILE = "spot.safetensors"
+CONFIG_FILE = "spot.json"
+
+
+def static_features(stale: Tensor) -> Tensor:
+    """[B, STATIC_FEATURES] float32 summary of the stale logits [B, V], computed in float64."""
+    logp = stale.double().log_softmax(-1)
+    probs = logp.exp()
+    top = probs.topk(TOP_K, dim=-1).values
+    entropy = -(probs * logp).sum(-1, keepdim=True)
+    margin = top[:, :1] - top[:, 1:2]
+    return torch.cat([top, entropy, margin, top[:, :1].log().clamp_min(LOG_FLOOR)], -1).float()
+
+
+def candidates(stale: Tensor, noise: Tensor | None, temperature: float, mask_id: int) -> tuple[Tensor, Tensor]:
+    """The rule's candidate token at every position at one depth, and its features [B, 3].
+
+    Same candidate as `harness.decoding.rules` (float64, mask excluded, ties to the lowest id), so a
+    drafted token is the one the target commits whenever the stale view is still right there.
+    """
+    x = stale.double()
+    greedy = greedy_tokens(x, mask_id)
+    if temperature > 0:
+        if noise is None:
+            raise ValueError("sampling at T>0 needs Gumbel noise")
+        tokens = greedy_tokens(x / temperature + noise.to(x.device), mask_id)
+        tempered = (x / temperature).log_softmax(-1).gather(-1, tokens[:, None]).squeeze(1)
+    else:
+        tokens = greedy
+    plain = x.log_softmax(-1).gather(-1, tokens[:, None]).squeeze(1)
+    if temperature <= 0:
+        tempered = plain
+    features = torch.stack([plain.clamp_min(LOG_FLOOR), tempered.clamp_min(LOG_FLOOR), (tokens == greedy).double()], -1)
+    return tokens.cpu(), features.float().cpu()
+
+
+@dataclass(frozen=True)
+class SpotConfig:
+    width: int = 128
+    layers: int = 3
+    heads: int = 4
+    ffn: int = 512
+    max_block: int = 64
+    max_depth: int = 16
+    """Path depths beyond this share the last order embedding."""
+
+
+ORDER_MASKED, ORDER_BEFORE_ROOT = 0, 1
+"""Order codes per position: masked at the node, committed at or before the root, else 2 + depth."""
+
+
+class SpotNet(nn.Module):
+    """Per position features + position + path order -> a logit per position (masked ones only)."""
+
+    def __init__(self, config: SpotConfig):
+        super().__init__()
+        self.config = config
+        self.project = nn.Linear(STATIC_FEATURES + CANDIDATE_FEATURES + 2, config.width)
+        self.position = nn.Embedding(config.max_block, config.width)
+        self.order = nn.Embedding(config.max_depth + 2, config.width)
+        layer = nn.TransformerEncoderLayer(
+            config.width, config.heads, config.ffn, dropout=0.0, batch_first=True, norm_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, config.layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(config.width)
+        self.head = nn.Linear(config.width, 1)
+
+    def forward(self, static: Tensor, candidate: Tensor, order: Tensor, depth: Tensor, temperature: Tensor
+                ) -> Tensor:
+        """static [N, B, S], candidate [N, B, C], order [N, B] (codes), depth [N], temperature [N]
+        -> [N, B] log-probabilities of the next committed position (-inf where not masked)."""
+        n, size = order.shape
+        scalars = torch.stack([depth.float() / self.config.max_depth, temperature.float()], -1)
+        x = torch.cat([static, candidate, scalars[:, None].expand(n, size, 2)], -1)
+        positions = torch.arange(size, device=order.device)
+        h = self.project(x) + self.position(positions)[None] + self.order(order.clamp_max(self.config.max_depth + 1))
+        logits = self.head(self.norm(self.encoder(h))).squeeze(-1)
+        return logits.masked_fill(order != ORDER_MASKED, -math.inf).log_softmax(-1)
+
+
+def save_spot(net: SpotNet, folder: Path, provenance: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(folder / WEIGHTS_FILE))
+    meta = {"config": asdict(net.config), "parameters": sum(p.numel() for p in net.parameters())} | provenance
+    (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def load_spot(folder: str | Path) -> SpotNet:
+    folder = Path(folder)
+    meta = json.loads((folder / CONFIG_FILE).read_text())
+    net = SpotNet(SpotConfig(**meta["config"]))
+    net.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
+    return net.eval()
+
+
+class SpotProposer:
+    def __init__(self, net: SpotNet):
+        self.net = net
+        self.fallback = ConfidenceProposer()
+
+    @torch.no_grad()
+    def propose(self, request: DraftRequest) -> DraftTree:
+        if request.stale is None or request.budget == 0:
+            return DraftTree()
+        if request.rule.name != "top1":
+            return self.fallback.propose(request)
+        mask_id, stale, budget = request.rule.mask_id, request.stale, request.budget
+        static = static_features(stale).cpu()[None]
+        per_depth: dict[int, tuple[Tensor, Tensor]] = {}
+
+        def at_depth(depth: int) -> tuple[Tensor, Tensor]:
+            if depth not in per_depth:
+                noise = request.noise(request.step + depth) if request.noise else None
+                per_depth[depth] = candidates(stale, noise, request.temperature, mask_id)
+            return per_depth[depth]
+
+        # Frontier of children not yet drafted: (-cumulative log-prob, tie-break, parent, depth, position).
+        frontier: list[tuple[float, int, int, int, int]] = []
+        orders = {0: torch.where(request.root.cpu() == mask_id, ORDER_MASKED, ORDER_BEFORE_ROOT)}
+        counter = 0
+
+        def expand(parent: int, depth: int, logp: float) -> None:
+            nonlocal counter
+            order = orders[parent]
+            left = int((order == ORDER_MASKED).sum())
+            if left <= 1:
+                return  # the only child would complete the block: the verifier's bonus commit
+            features = at_depth(depth)[1][None]
+            scores = self.net(static, features, order[None], torch.tensor([depth]),
+                              torch.tensor([request.temperature]))[0]
+            best = scores.topk(min(left, budget))
+            for value, position in zip(best.values.tolist(), best.indices.tolist()):
+                counter += 1
+                heapq.heappush(frontier, (-(logp + value), counter, parent, depth, position))
+
+        expand(0, 0, 0.0)
+        nodes: list[DraftNode] = []
+        while frontier and len(nodes) < budget:
+            neg_logp, _, parent, depth, position = heapq.heappop(frontier)
+            token = int(at_depth(depth)[0][position])
+            nodes.append(DraftNode(parent, Transition((position,), (token,))))
+            order = orders[parent].clone()
+            order[position] = 2 + depth
+            orders[len(nodes)] = order
+            if len(nodes) < budget:
+                expand(len(nodes), depth + 1, -neg_logp)
+        return DraftTree(tuple(nodes))

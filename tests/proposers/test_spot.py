@@ -1,0 +1,93 @@
+"""SPOT: lossless whatever the network says, best-first trees within the budget, checkpoints."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from harness.decoding import DecodeConfig, DraftRequest, NoiseSource, parse_rule
+from harness.decoding import plain_decode, prepare, speculative_decode
+from harness.lossless import check_lossless, near_tie_tolerance
+from harness.targets.registry import load_target
+from harness.targets.target import DLMTarget
+from proposers.spot import SpotConfig, SpotNet, SpotProposer, candidates, load_spot, save_spot
+
+PROMPTS = [list(b"Q: 2+2=?\nA:"), list(b"The quick brown fox")]
+
+
+@functools.cache
+def exact_target(family: str) -> DLMTarget:
+    return load_target(f"tiny-random:{family}").exact()
+
+
+@functools.cache
+def random_net(seed: int = 0) -> SpotNet:
+    torch.manual_seed(seed)
+    return SpotNet(SpotConfig()).eval()
+
+
+def test_parameter_count_is_about_the_papers():
+    assert 0.55e6 < sum(p.numel() for p in random_net().parameters()) < 0.7e6
+
+
+@pytest.mark.parametrize("family", ["sdar", "llada", "dream"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("budget", [3, 16])
+@pytest.mark.parametrize("seed", [0, 7])
+def test_speculative_equals_plain_in_exactness_mode(family, temperature, budget, seed):
+    target = exact_target(family)
+    prompt = PROMPTS[seed % 2]
+    cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, temperature, seed)
+    reference = plain_decode(target, prompt, cfg)
+    spec = speculative_decode(target, prompt, SpotProposer(random_net(seed)), cfg, budget)
+    assert check_lossless(reference, spec, near_tie_tolerance(torch.float64)).exact
+    assert spec.steps == reference.steps and torch.equal(spec.tokens, reference.tokens)
+    assert spec.metrics.nfe <= reference.metrics.nfe and spec.metrics.draft_nodes > 0
+
+
+def request(target: DLMTarget, temperature: float, budget: int, committed: int = 2) -> DraftRequest:
+    logits = torch.randn(8, target.vocab_size, generator=torch.Generator().manual_seed(3))
+    root = torch.full((8,), target.mask_id)
+    root[:committed] = 5
+    noise = NoiseSource(1, 8, target.vocab_size) if temperature > 0 else None
+    rule = parse_rule("top1", target.family, target.mask_id)
+    return DraftRequest(logits, root, 4, noise, rule, temperature, budget)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("budget", [1, 5, 12])
+def test_tree_is_best_first_within_budget_with_the_rules_candidates(temperature, budget):
+    target = exact_target("sdar")
+    req = request(target, temperature, budget)
+    tree = SpotProposer(random_net()).propose(req)
+    assert len(tree.nodes) == budget
+    prepared = prepare(tree, req.root, target.mask_id, budget)
+    assert prepared.states.shape[0] == budget + 1  # nothing invalid, duplicated or block-completing
+    depth = {0: 0}
+    for index, node in enumerate(tree.nodes, start=1):
+        depth[index] = depth[node.parent] + 1
+        (position,), (token,) = node.transition.positions, node.transition.tokens
+        noise = req.noise(req.step + depth[node.parent]) if req.noise else None
+        assert token == int(candidates(req.stale, noise, temperature, target.mask_id)[0][position])
+    assert tree.nodes[0].parent == 0  # the most likely first commit comes first
+
+
+def test_no_stale_view_no_draft_and_a_full_block_is_not_drafted():
+    target = exact_target("sdar")
+    req = request(target, 0.0, 8)
+    proposer = SpotProposer(random_net())
+    assert proposer.propose(DraftRequest(None, req.root, 0, None, req.rule, 0.0, 8)).nodes == ()
+    last_mask = request(target, 0.0, 8, committed=7)
+    assert proposer.propose(last_mask).nodes == ()
+
+
+def test_checkpoint_round_trip(tmp_path):
+    net = random_net(5)
+    save_spot(net, tmp_path, {"target": "none"})
+    loaded = load_spot(tmp_path)
+    target = exact_target("sdar")
+    req = request(target, 1.0, 10)
+    assert SpotProposer(loaded).propose(req) == SpotProposer(net).propose(req)
+    assert SpotProposer(random_net(6)).propose(req) != SpotProposer(net).propose(req)
