@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "harness.commands.train_target",
     "harness.commands.zoo",
     "harness.commands.diagnose",
+    "harness.commands.train_proposer",
     "harness.commands.tasks_cmd",
     "harness.commands.run",
     "harness.commands.gate",

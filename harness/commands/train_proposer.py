@@ -1,0 +1,41 @@
+"""`spotbench train-proposer`: train a SPOT proposer on plain trajectories of one target.
+
+Everything is fixed by a recipe (YAML, see `zoo/proposers/`): target, train-split prompts (zero-shot),
+temperatures, model size and optimisation. Deterministic by seed; re-running resumes from the run
+folder. The checkpoint (safetensors + json with provenance) lands in `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "train-proposer", help="train a SPOT proposer on a target's plain trajectories (train splits)"
+    )
+    parser.add_argument("recipe", help="recipe YAML, e.g. zoo/proposers/spot-sdar-a.yaml")
+    parser.add_argument("--out", required=True, help="checkpoint folder")
+    parser.add_argument("--run-dir", help="collected data and resumable state (default: OUT/run)")
+    parser.add_argument("--steps", type=int, help="override the recipe's number of steps")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import torch
+
+    from harness.targets.registry import load_target
+    from proposers.spot_training import SpotRecipe, train
+
+    torch.set_num_threads(1)
+    recipe = SpotRecipe.load(args.recipe)
+    if args.steps:
+        recipe = dataclasses.replace(recipe, steps=args.steps)
+    out = Path(args.out)
+    report = train(recipe, load_target(recipe.target), Path(args.run_dir) if args.run_dir else out / "run", out)
+    print(json.dumps({k: report[k] for k in ("provenance", "examples", "validation", "steps")}))
+    return 0

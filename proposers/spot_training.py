@@ -1,0 +1,268 @@
+"""Training SPOT on plain trajectories of one target: collection, examples, a resumable loop.
+
+Collection decodes training prompts plainly (top1) and keeps, per pass, only what the proposer may
+see (top-k summary features of the logits and the candidate features at each future depth's noise),
+never full logits, plus the committed position. An example at depth d is what the proposer sees at a
+tree node d commits below the root: the stale view of the pass before the root, the positions
+committed up to the root, the d hypothesized commits since, and as label the position the target
+commits next. Full-attention targets also yield the block-start view (the `following` logits).
+
+Training is deterministic by the recipe's seed; the run folder keeps the collected data and a
+`train_state.pt` every `checkpoint_every` steps, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import yaml
+from torch import Tensor
+from tqdm import tqdm
+
+from harness.decoding import NoiseSource, parse_rule
+from harness.errors import UserError
+from harness.targets.target import DLMTarget
+from proposers.spot import ORDER_BEFORE_ROOT, ORDER_MASKED, SpotConfig, SpotNet, candidates, save_spot
+from proposers.spot import static_features
+
+DATA_FILE = "trajectories.pt"
+STATE_FILE = "train_state.pt"
+
+
+@dataclass(frozen=True)
+class SpotRecipe:
+    name: str
+    target: str
+    tasks: dict[str, int]
+    """Task name -> number of train-split prompts (zero-shot)."""
+    temperatures: tuple[float, ...] = (0.0, 1.0)
+    gen_length: int = 64
+    block_length: int = 32
+    seed: int = 0
+    steps: int = 1500
+    batch_size: int = 256
+    learning_rate: float = 1e-3
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    validation_fraction: float = 0.1
+    checkpoint_every: int = 250
+    model: dict = field(default_factory=dict)
+    """`SpotConfig` fields."""
+
+    @staticmethod
+    def load(path: str | Path) -> SpotRecipe:
+        try:
+            raw = yaml.safe_load(Path(path).read_text())
+            raw["temperatures"] = tuple(raw.get("temperatures", (0.0, 1.0)))
+            return SpotRecipe(**raw)
+        except (OSError, yaml.YAMLError, TypeError, AttributeError) as error:
+            raise UserError(f"bad SPOT recipe {path}: {error}") from None
+
+
+@dataclass
+class Views:
+    """The stale views of one generation and the examples they yield (tensors, stackable)."""
+
+    static: Tensor
+    """[views, B, S] per view."""
+    view: Tensor
+    """[examples] the view each example reads."""
+    candidate: Tensor
+    """[examples, B, C] candidate features at the example's depth."""
+    order: Tensor
+    """[examples, B] order codes (see proposers.spot)."""
+    depth: Tensor
+    label: Tensor
+    """[examples] the position the target commits next."""
+    temperature: float
+
+    @staticmethod
+    def cat(parts: list[Views]) -> dict[str, Tensor]:
+        offsets = torch.tensor([0] + [p.static.shape[0] for p in parts]).cumsum(0)
+        return {
+            "static": torch.cat([p.static for p in parts]),
+            "view": torch.cat([p.view + offsets[i] for i, p in enumerate(parts)]),
+            "candidate": torch.cat([p.candidate for p in parts]),
+            "order": torch.cat([p.order for p in parts]),
+            "depth": torch.cat([p.depth for p in parts]),
+            "label": torch.cat([p.label for p in parts]),
+            "temperature": torch.cat([torch.full((p.label.numel(),), p.temperature) for p in parts]),
+        }
+
+
+@torch.no_grad()
+def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_length: int,
+            temperature: float, seed: int, max_depth: int) -> tuple[Views, list[int]]:
+    """Plain top1 decoding of one prompt; returns its examples and the committed positions."""
+    rule = parse_rule("top1", target.family, target.mask_id)
+    session = target.start(prompt_ids, gen_length, block_length)
+    noise = NoiseSource(seed, block_length, target.vocab_size) if temperature > 0 else None
+    size, mask_id, step = block_length, target.mask_id, 0
+    statics, pending, positions = [], [], []  # pending: (view, root commits, root step, logits)
+    following = None
+    for _ in range(session.num_blocks):
+        state = torch.full((size,), mask_id, dtype=torch.long)
+        block: list[int] = []
+        views = [] if following is None else [(following, 0, step)]
+        for j in range(size):
+            output = session.forward(state[None])
+            logits = output.current[0]
+            transition = rule(logits, state, noise(step) if noise else None, temperature)
+            state = transition.apply(state)
+            block.append(transition.positions[0])
+            step += 1
+            if j < size - 2:
+                views.append((logits, j + 1, step))
+        for logits, root_commits, root_step in views:
+            statics.append(static_features(logits))
+            pending.append((len(statics) - 1, logits, root_commits, root_step, block))
+        positions.extend(block)
+        following = None if output.following is None else output.following[0]
+        session.finish_block(state)
+        if bool((state == target.eos_id).any()):
+            break
+    view_ids, cands, orders, depths, labels = [], [], [], [], []
+    for view, logits, root_commits, root_step, block in pending:
+        fixed = None
+        for depth in range(min(max_depth, size - root_commits - 1)):
+            if fixed is None or noise:
+                fixed = candidates(logits, noise(root_step + depth) if noise else None, temperature, mask_id)[1]
+            order = torch.full((size,), ORDER_MASKED, dtype=torch.long)
+            order[block[:root_commits]] = ORDER_BEFORE_ROOT
+            for k, position in enumerate(block[root_commits : root_commits + depth]):
+                order[position] = 2 + k
+            view_ids.append(view)
+            cands.append(fixed)
+            orders.append(order)
+            depths.append(depth)
+            labels.append(block[root_commits + depth])
+    views = Views(torch.stack(statics), torch.tensor(view_ids), torch.stack(cands),
+                  torch.stack(orders).to(torch.int8), torch.tensor(depths), torch.tensor(labels), temperature)
+    return views, positions
+
+
+def collect_all(recipe: SpotRecipe, target: DLMTarget) -> tuple[list[Views], list[str]]:
+    """Every (prompt, temperature) generation of the recipe, in a fixed order; and their sources."""
+    from tasks.registry import get_task
+
+    max_depth = SpotConfig(**recipe.model).max_depth
+    parts, sources = [], []
+    jobs = []
+    for name, limit in recipe.tasks.items():
+        task = get_task(name)
+        if hasattr(task, "num_fewshot"):
+            task = dataclasses.replace(task, num_fewshot=0)
+        for index, sample in enumerate(task.load("train", limit=limit)):
+            ids = target.tokenizer.encode(task.prompt(sample, target.tokenizer), add_special_tokens=False)
+            jobs.extend((f"{name}/train/{index}", ids, t) for t in recipe.temperatures)
+    for number, (source, ids, temperature) in enumerate(tqdm(jobs, desc="collect", unit="gen")):
+        views, _ = collect(target, ids, recipe.gen_length, recipe.block_length, temperature,
+                           recipe.seed + number, max_depth)
+        parts.append(views)
+        sources.append(f"{source}@T={temperature:g}")
+    return parts, sources
+
+
+def learning_rate(recipe: SpotRecipe, step: int) -> float:
+    """Linear warmup, then cosine decay to 10% of the peak."""
+    if step < recipe.warmup_steps:
+        return recipe.learning_rate * (step + 1) / recipe.warmup_steps
+    progress = (step - recipe.warmup_steps) / max(1, recipe.steps - recipe.warmup_steps)
+    return recipe.learning_rate * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def batch_loss(net: SpotNet, data: dict[str, Tensor], index: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean NLL of the next committed position, and the number predicted right (argmax)."""
+    logp = net(data["static"][data["view"][index]], data["candidate"][index], data["order"][index].long(),
+               data["depth"][index], data["temperature"][index])
+    label = data["label"][index]
+    return -logp.gather(1, label[:, None]).mean(), (logp.argmax(1) == label).sum()
+
+
+@torch.no_grad()
+def evaluate(net: SpotNet, data: dict[str, Tensor], batch_size: int) -> dict[str, float]:
+    losses, right, count = 0.0, 0, data["label"].numel()
+    for start in range(0, count, batch_size):
+        index = torch.arange(start, min(count, start + batch_size))
+        loss, hits = batch_loss(net, data, index)
+        losses += float(loss) * index.numel()
+        right += int(hits)
+    return {"loss": losses / max(1, count), "accuracy": right / max(1, count)}
+
+
+def git_revision() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -> dict:
+    """Collect (or reuse the run folder's data), train (or resume), save the checkpoint to `out_dir`."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    data_path = run_dir / DATA_FILE
+    if data_path.exists():
+        saved = torch.load(data_path, weights_only=False)
+        parts, sources = saved["parts"], saved["sources"]
+    else:
+        parts, sources = collect_all(recipe, target)
+        torch.save({"parts": parts, "sources": sources}, data_path)
+    split = torch.randperm(len(parts), generator=torch.Generator().manual_seed(recipe.seed))
+    held = max(1, int(len(parts) * recipe.validation_fraction))
+    validation = Views.cat([parts[i] for i in split[:held].tolist()])
+    training = Views.cat([parts[i] for i in split[held:].tolist()])
+    torch.manual_seed(recipe.seed)
+    net = SpotNet(SpotConfig(**recipe.model))
+    optimizer = torch.optim.AdamW(net.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
+    order = torch.Generator().manual_seed(recipe.seed + 1)
+    step = 0
+    state_path = run_dir / STATE_FILE
+    if state_path.exists():
+        state = torch.load(state_path, weights_only=False)
+        if state["recipe"] != dataclasses.asdict(recipe):
+            raise UserError(f"{run_dir} holds a run of a different recipe; use a new --run-dir")
+        net.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        order.set_state(state["order"])
+        step = state["step"]
+    count = training["label"].numel()
+    progress = tqdm(total=recipe.steps, initial=step, desc=f"train {recipe.name}", unit="step")
+    net.train()
+    while step < recipe.steps:
+        index = torch.randint(count, (recipe.batch_size,), generator=order)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(recipe, step)
+        loss, _ = batch_loss(net, training, index)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        progress.update(1)
+        progress.set_postfix(loss=f"{loss.item():.3f}")
+        if step % recipe.checkpoint_every == 0 or step == recipe.steps:
+            state = dict(recipe=dataclasses.asdict(recipe), model=net.state_dict(),
+                         optimizer=optimizer.state_dict(), order=order.get_state(), step=step)
+            torch.save(state, state_path.with_suffix(".tmp"))
+            os.replace(state_path.with_suffix(".tmp"), state_path)
+    progress.close()
+    net.eval()
+    report = {
+        "recipe": dataclasses.asdict(recipe),
+        "provenance": {
+            "target": recipe.target, "data": sorted({s.split("/")[0] + "/train" for s in sources}),
+            "generations": len(sources), "seed": recipe.seed, "git_revision": git_revision(),
+        },
+        "examples": {"train": count, "validation": validation["label"].numel()},
+        "validation": evaluate(net, validation, 1024),
+        "steps": step,
+    }
+    save_spot(net, out_dir, report)
+    return report
