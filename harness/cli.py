@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "harness.commands.zoo",
     "harness.commands.diagnose",
     "harness.commands.train_proposer",
+    "harness.commands.transfer",
     "harness.commands.tasks_cmd",
     "harness.commands.run",
     "harness.commands.gate",

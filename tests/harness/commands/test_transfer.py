@@ -1,0 +1,32 @@
+"""`spotbench transfer`: one row per arm, every arm lossless, SPOT rows name the training target."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from harness.cli import main
+from proposers.spot import SpotConfig, SpotNet, save_spot
+
+
+def test_transfer_json_rows(tmp_path, capsys):
+    torch.manual_seed(0)
+    save_spot(SpotNet(SpotConfig(width=16, layers=1, heads=2, ffn=32)), tmp_path, {"provenance": {"target": "a"}})
+    status = main(["transfer", "--proposer-checkpoint", str(tmp_path), "--targets",
+                   "tiny-random:sdar,tiny-random:llada", "--limit", "2", "--budgets", "2,5",
+                   "--temperatures", "0,1", "--gen-length", "16", "--block-length", "8", "--json"])
+    assert status == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 2 * 2 * 2 * 4  # targets x temperatures x budgets x (3 baselines + spot)
+    assert all(r["exact_rate"] == 1.0 and r["speedup_nfe"] >= 1.0 for r in rows)
+    assert {r["train_target"] for r in rows if r["proposer"] == "spot"} == {"a"}
+    assert {r["train_target"] for r in rows if r["proposer"] != "spot"} == {None}
+    oracle = [r for r in rows if r["proposer"] == "oracle"]
+    assert all(r["oracle_fraction"] == 1.0 for r in oracle)
+    assert any(r["speedup_nfe"] > 1.5 for r in oracle)
+
+
+def test_transfer_without_a_checkpoint_is_a_user_error(tmp_path, capsys):
+    assert main(["transfer", "--proposer-checkpoint", str(tmp_path)]) == 2
+    assert "no SPOT checkpoint" in capsys.readouterr().err
