@@ -66,58 +66,69 @@ def plan(suite: Suite, run_dir: RunDir) -> tuple[list[Unit], int]:
 
 def run_suite(suite: Suite, output: str | Path, address: str | None = None, progress: bool = True,
               on_write: Callable[[int], None] | None = None) -> RunResult:
-    """Run (or resume) `suite` into `output`; `on_write(groups written so far)` after each group."""
+    """Run (or resume) `suite` into `output`; `on_write(groups written so far)` after each group.
+
+    Everything that can refuse the run (the output directory, the Ray address) is checked before
+    the first byte is written, so bad input leaves no half-made run directory behind."""
     if address:
         check_address(address)
-    run_dir = RunDir.open(output, suite.config(), list(suite.seeds), hardware=driver_hardware())
+    units, skipped = plan(suite, RunDir.check(output, suite.config()))
+    owns_ray = bool(units) and connect(address)
     try:
-        units, skipped = plan(suite, run_dir)
-        written, workers = 0, 0
-        if units:
-            written, workers = _execute(suite, run_dir, units, skipped, address, progress, on_write)
-        summary = run_dir.write_summary()
-    except BaseException as error:
-        run_dir.update_manifest(status="failed", error=f"{type(error).__name__}: {error}")
-        raise
+        run_dir = RunDir.open(output, suite.config(), list(suite.seeds), hardware=driver_hardware())
+        try:
+            written, workers = _execute(suite, run_dir, units, skipped, progress, on_write) if units else (0, 0)
+            summary = run_dir.write_summary()
+        except BaseException as error:
+            run_dir.update_manifest(status="failed", error=f"{type(error).__name__}: {error}")
+            raise
+    finally:
+        if owns_ray:
+            import ray
+
+            ray.shutdown()
     run_dir.update_manifest(status="complete", error=None, rows=sum(summary.column("n").to_pylist()))
     return RunResult(run_dir, summary, written, skipped, workers)
 
 
-def _execute(suite: Suite, run_dir: RunDir, units: list[Unit], skipped: int, address: str | None,
-             progress: bool, on_write: Callable[[int], None] | None) -> tuple[int, int]:
+def connect(address: str | None) -> bool:
+    """Start a local Ray instance or join the cluster at `address`; False when Ray was already up
+    in this process (a test, a notebook), which then keeps it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    try:
+        if address:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        else:
+            ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
+                     object_store_memory=256 * 2**20)
+    except ConnectionError as error:
+        raise UserError(f"no Ray cluster at --address {address}: {error}") from None
+    return True
+
+
+def _execute(suite: Suite, run_dir: RunDir, units: list[Unit], skipped: int, progress: bool,
+             on_write: Callable[[int], None] | None) -> tuple[int, int]:
     import ray
     from tqdm import tqdm
 
-    owns_ray = not ray.is_initialized()
-    if owns_ray:
-        try:
-            if address:
-                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-            else:
-                ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
-                         object_store_memory=256 * 2**20)
-        except ConnectionError as error:
-            raise UserError(f"no Ray cluster at --address {address}: {error}") from None
-    try:
-        resources = ray.cluster_resources()
-        gpus, cpus = int(resources.get("GPU", 0)), max(1, int(resources.get("CPU", 1)))
-        count = suite.workers or gpus or cpus
-        count = min(count, len(units))
-        threads = 1 if gpus else worker_threads(cpus, count)
-        run_dir.update_manifest(hardware=driver_hardware() | {
-            "ray_nodes": len([n for n in ray.nodes() if n["Alive"]]), "ray_cpus": cpus, "ray_gpus": gpus,
-            "workers": count, "threads_per_worker": threads})
-        options = {"num_gpus": 1, "num_cpus": 1} if gpus else {"num_cpus": threads}
-        worker_class = ray.remote(max_restarts=0, **options)(Worker)
-        total = skipped + sum(len(u.groups) for u in units)
-        bar = tqdm(total=total, initial=skipped, unit="group", desc="spotbench run", disable=not progress,
-                   file=sys.stderr, dynamic_ncols=True)
-        written = _dispatch(worker_class, count, threads, suite, run_dir, units, bar, on_write)
-        bar.close()
-        return written, count
-    finally:
-        if owns_ray:
-            ray.shutdown()
+    resources = ray.cluster_resources()
+    gpus, cpus = int(resources.get("GPU", 0)), max(1, int(resources.get("CPU", 1)))
+    count = min(suite.workers or gpus or cpus, len(units))
+    threads = 1 if gpus else worker_threads(cpus, count)
+    run_dir.update_manifest(hardware=driver_hardware() | {
+        "ray_nodes": len([n for n in ray.nodes() if n["Alive"]]), "ray_cpus": cpus, "ray_gpus": gpus,
+        "workers": count, "threads_per_worker": threads})
+    options = {"num_gpus": 1, "num_cpus": 1} if gpus else {"num_cpus": threads}
+    worker_class = ray.remote(max_restarts=0, **options)(Worker)
+    total = skipped + sum(len(u.groups) for u in units)
+    bar = tqdm(total=total, initial=skipped, unit="group", desc="spotbench run", disable=not progress,
+               file=sys.stderr, dynamic_ncols=True)
+    written = _dispatch(worker_class, count, threads, suite, run_dir, units, bar, on_write)
+    bar.close()
+    return written, count
 
 
 def _dispatch(worker_class: Any, count: int, threads: int, suite: Suite, run_dir: RunDir,

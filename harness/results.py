@@ -111,6 +111,24 @@ class RunDir:
     def open(cls, path: str | Path, config: dict[str, Any], seeds: list[int],
              hardware: dict[str, Any] | None = None) -> RunDir:
         """Create the run directory, or resume it when it holds a run of the same config."""
+        run = cls.check(path, config)
+        if run.manifest_path.exists():
+            run._write_manifest(run.manifest() | {"status": "running", "updated": _now()})
+        else:
+            run.samples_dir.mkdir(parents=True, exist_ok=True)
+            run._write_manifest({
+                "schema_version": SCHEMA_VERSION, "status": "running", "created": _now(),
+                "updated": _now(), "config": config, "seeds": seeds, "git_revision": git_revision(),
+                "packages": package_versions(), "hardware": hardware or {},
+            })
+        run.samples_dir.mkdir(exist_ok=True)
+        for stale in run.path.rglob(".tmp-*"):  # left by a killed driver; never read
+            stale.unlink()
+        return run
+
+    @classmethod
+    def check(cls, path: str | Path, config: dict[str, Any]) -> RunDir:
+        """Refuse (UserError) a directory that `open` would refuse, without writing anything."""
         run = cls(Path(path))
         if run.manifest_path.exists():
             manifest = run.manifest()
@@ -122,20 +140,8 @@ class RunDir:
                                  if config.get(k) != manifest.get("config", {}).get(k))
                 raise UserError(f"{path} holds a run of a different config (differs in: {', '.join(changed)}); "
                                 "use a new output directory or the same settings to resume")
-            manifest.update(status="running", updated=_now())
-            run._write_manifest(manifest)
-        else:
-            if run.path.exists() and any(run.path.iterdir()):
-                raise UserError(f"{path} is not empty and is not a spotbench run directory; choose another")
-            run.samples_dir.mkdir(parents=True, exist_ok=True)
-            run._write_manifest({
-                "schema_version": SCHEMA_VERSION, "status": "running", "created": _now(),
-                "updated": _now(), "config": config, "seeds": seeds, "git_revision": git_revision(),
-                "packages": package_versions(), "hardware": hardware or {},
-            })
-        run.samples_dir.mkdir(exist_ok=True)
-        for stale in run.path.rglob(".tmp-*"):  # left by a killed driver; never read
-            stale.unlink()
+        elif run.path.exists() and (not run.path.is_dir() or any(run.path.iterdir())):
+            raise UserError(f"{path} is not empty and is not a spotbench run directory; choose another")
         return run
 
     def manifest(self) -> dict[str, Any]:

@@ -74,3 +74,4 @@ def test_an_output_directory_of_another_config_is_refused_untouched(tmp_path, ca
     assert (out / "manifest.json").read_text() == before
     with pytest.raises(UserError, match="seeds must be"):
         build_suite({}, {"seeds": [2**63]})
+
