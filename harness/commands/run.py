@@ -1,6 +1,7 @@
 """`spotbench run`: a suite (YAML file and/or flags) over Ray workers into a resumable run directory.
 
-With no arguments it runs the embedded default suite (`cluster.suite.Suite`). Re-running the same
+With no arguments it runs the embedded default suite (`cluster.suite.Suite`). A completed run
+directory holds the manifest, the per-sample files, summary.parquet and report.html. Re-running the same
 command resumes: finished groups are skipped. Exit status: 0 when the run completes, 2 for bad input
 (unknown name, malformed YAML, an output directory of a different config, no Ray cluster at
 --address), 130 when interrupted. Correctness verdicts are the gate's job (`spotbench gate`), not this command's.
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     from cluster.runner import run_suite
     from cluster.suite import build_suite, load_suite
+    from harness.report import write_report
 
     settings = load_suite(args.suite) if args.suite else {}
     suite = build_suite(settings, {
@@ -65,8 +67,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"\nspotbench: interrupted; run the same command again to resume {output}", file=sys.stderr)
         return 130
+    report = write_report(result.run_dir)
     print(f"run directory: {result.run_dir.path}  (groups written {result.written}, "
-          f"already done {result.skipped}, workers {result.workers})")
+          f"already done {result.skipped}, workers {result.workers}); report: {report}")
     print(render_summary(result.summary.to_pylist()))
     return 0
 

@@ -78,6 +78,7 @@ def test_a_killed_driver_leaves_a_run_the_next_invocation_completes(tmp_path) ->
         {(f"test/{i}", b): 1 for i in range(10) for b in (0, 4)})
     assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
     assert not list(out.rglob(".tmp-*"))
+    assert (out / "summary.parquet").exists() and "<svg" in (out / "report.html").read_text()
 
 
 def free_port() -> int:
