@@ -22,6 +22,7 @@ drafts nothing.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import math
@@ -34,6 +35,7 @@ from torch import Tensor, nn
 
 from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
 from harness.decoding.rules import greedy_tokens
+from harness.targets.zoo import ZOO_DIR
 from proposers.confidence import ConfidenceProposer
 
 TOP_K = 8
@@ -44,6 +46,8 @@ CANDIDATE_FEATURES = 3
 LOG_FLOOR = -30.0
 WEIGHTS_FILE = "spot.safetensors"
 CONFIG_FILE = "spot.json"
+DEFAULT_CHECKPOINT = "spot-sdar-a"
+"""The registry's `spot`: the zoo checkpoint trained on sdar-a (zoo/proposers/)."""
 
 
 def static_features(stale: Tensor) -> Tensor:
@@ -91,6 +95,7 @@ class SpotConfig:
 
 ORDER_MASKED, ORDER_BEFORE_ROOT = 0, 1
 """Order codes per position: masked at the node, committed at or before the root, else 2 + depth."""
+EXPAND = -1
 
 
 class SpotNet(nn.Module):
@@ -137,6 +142,12 @@ def load_spot(folder: str | Path) -> SpotNet:
     return net.eval()
 
 
+@functools.cache
+def zoo_spot(name: str = DEFAULT_CHECKPOINT) -> SpotNet:
+    """A committed checkpoint under zoo/proposers/, loaded once per process."""
+    return load_spot(ZOO_DIR / "proposers" / name)
+
+
 class SpotProposer:
     def __init__(self, net: SpotNet):
         self.net = net
@@ -158,34 +169,32 @@ class SpotProposer:
                 per_depth[depth] = candidates(stale, noise, request.temperature, mask_id)
             return per_depth[depth]
 
-        # Frontier of children not yet drafted: (-cumulative log-prob, tie-break, parent, depth, position).
-        frontier: list[tuple[float, int, int, int, int]] = []
+        # Frontier: (-cumulative log-prob, tie-break, parent, depth, position). Position EXPAND stands
+        # for a drafted node whose children are not scored yet: the network runs only when that entry
+        # is popped (its children cannot score higher), so leaves of the final tree cost no call.
+        frontier: list[tuple[float, int, int, int, int]] = [(0.0, 0, 0, 0, EXPAND)]
         orders = {0: torch.where(request.root.cpu() == mask_id, ORDER_MASKED, ORDER_BEFORE_ROOT)}
-        counter = 0
-
-        def expand(parent: int, depth: int, logp: float) -> None:
-            nonlocal counter
-            order = orders[parent]
-            left = int((order == ORDER_MASKED).sum())
-            if left <= 1:
-                return  # the only child would complete the block: the verifier's bonus commit
-            features = at_depth(depth)[1][None]
-            scores = self.net(static, features, order[None], torch.tensor([depth]),
-                              torch.tensor([request.temperature]))[0]
-            best = scores.topk(min(left, budget))
-            for value, position in zip(best.values.tolist(), best.indices.tolist()):
-                counter += 1
-                heapq.heappush(frontier, (-(logp + value), counter, parent, depth, position))
-
-        expand(0, 0, 0.0)
         nodes: list[DraftNode] = []
+        counter = 0
         while frontier and len(nodes) < budget:
             neg_logp, _, parent, depth, position = heapq.heappop(frontier)
+            if position == EXPAND:
+                order = orders[parent]
+                left = int((order == ORDER_MASKED).sum())
+                if left <= 1:
+                    continue  # the only child would complete the block: the verifier's bonus commit
+                scores = self.net(static, at_depth(depth)[1][None], order[None], torch.tensor([depth]),
+                                  torch.tensor([request.temperature]))[0]
+                best = scores.topk(min(left, budget - len(nodes)))
+                for value, child in zip(best.values.tolist(), best.indices.tolist()):
+                    counter += 1
+                    heapq.heappush(frontier, (neg_logp - value, counter, parent, depth, child))
+                continue
             token = int(at_depth(depth)[0][position])
             nodes.append(DraftNode(parent, Transition((position,), (token,))))
             order = orders[parent].clone()
             order[position] = 2 + depth
             orders[len(nodes)] = order
-            if len(nodes) < budget:
-                expand(len(nodes), depth + 1, -neg_logp)
+            counter += 1
+            heapq.heappush(frontier, (neg_logp, counter, len(nodes), depth + 1, EXPAND))
         return DraftTree(tuple(nodes))
