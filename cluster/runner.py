@@ -116,7 +116,8 @@ def _execute(suite: Suite, run_dir: RunDir, units: list[Unit], skipped: int, pro
 
     resources = ray.cluster_resources()
     gpus, cpus = int(resources.get("GPU", 0)), max(1, int(resources.get("CPU", 1)))
-    count = min(suite.workers or gpus or cpus, len(units))
+    # each worker holds a GPU or at least a CPU for its lifetime: more than fit would never start
+    count = min(suite.workers or gpus or cpus, gpus or cpus, len(units))
     threads = 1 if gpus else worker_threads(cpus, count)
     run_dir.update_manifest(hardware=driver_hardware() | {
         "ray_nodes": len([n for n in ray.nodes() if n["Alive"]]), "ray_cpus": cpus, "ray_gpus": gpus,

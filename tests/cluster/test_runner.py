@@ -63,3 +63,10 @@ def test_a_killed_worker_is_replaced_and_every_row_lands_once(tmp_path) -> None:
     workers = {r["worker"].rsplit(":", 1)[1] for r in result.run_dir.read_rows().to_pylist()}
     assert str(killed[0]) in workers and len(workers) == 2  # the replacement finished the run
     assert result.run_dir.manifest()["status"] == "complete"
+
+
+def test_more_workers_than_the_cluster_holds_are_capped(tmp_path) -> None:
+    suite = Suite(**{**SUITE.__dict__, "limit": 2, "temperatures": (0.0,), "workers": 5})
+    result = run_suite(suite, tmp_path / "run", progress=False)
+    assert result.workers == 2 and result.run_dir.manifest()["hardware"]["workers"] == 2
+    assert len(keys(result.run_dir)) == 2 * 4
