@@ -10,6 +10,7 @@ from harness.errors import UserError
 from harness.targets.target import DLMTarget
 from proposers.confidence import ConfidenceProposer
 from proposers.oracle import OracleProposer
+from proposers.spot import SpotProposer, zoo_spot
 
 ProposerFactory = Callable[[DLMTarget, Generation], Proposer]
 
@@ -17,6 +18,7 @@ PROPOSERS: dict[str, ProposerFactory] = {
     "oracle": lambda target, plain: OracleProposer(plain.steps),
     "confidence": lambda target, plain: ConfidenceProposer(),
     "confidence-branch": lambda target, plain: ConfidenceProposer(branch=True),
+    "spot": lambda target, plain: SpotProposer(zoo_spot()),
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 
 import pytest
 import torch
@@ -12,7 +13,8 @@ from harness.decoding import plain_decode, prepare, speculative_decode
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_target
 from harness.targets.target import DLMTarget
-from proposers.spot import SpotConfig, SpotNet, SpotProposer, candidates, load_spot, save_spot
+from harness.targets.zoo import ZOO_DIR
+from proposers.spot import CONFIG_FILE, SpotConfig, SpotNet, SpotProposer, candidates, load_spot, save_spot
 
 PROMPTS = [list(b"Q: 2+2=?\nA:"), list(b"The quick brown fox")]
 
@@ -91,3 +93,29 @@ def test_checkpoint_round_trip(tmp_path):
     req = request(target, 1.0, 10)
     assert SpotProposer(loaded).propose(req) == SpotProposer(net).propose(req)
     assert SpotProposer(random_net(6)).propose(req) != SpotProposer(net).propose(req)
+
+
+def test_registry_spot_is_the_zoo_checkpoint_trained_on_sdar_a():
+    from proposers import build_proposer
+    from proposers.spot import DEFAULT_CHECKPOINT, zoo_spot
+
+    proposer = build_proposer("spot", None, None)
+    assert isinstance(proposer, SpotProposer) and proposer.net is zoo_spot()
+    meta = json.loads((ZOO_DIR / "proposers" / DEFAULT_CHECKPOINT / CONFIG_FILE).read_text())
+    assert meta["provenance"]["target"] == "sdar-a" and meta["validation"]["accuracy"] > 0.5
+
+
+@pytest.mark.parametrize("name", ["sdar-a", "llada-a"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_trained_spot_on_zoo_targets_is_exact_and_accepts_drafts(name, temperature):
+    from proposers.spot import zoo_spot
+
+    target = load_target(name).exact()
+    prompt = target.tokenizer.encode("Question: Tom has 3 apples and buys 4 more. How many?\nAnswer:",
+                                     add_special_tokens=False)
+    cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 32, 32, temperature, 1)
+    reference = plain_decode(target, prompt, cfg)
+    spec = speculative_decode(target, prompt, SpotProposer(zoo_spot()), cfg, 8)
+    assert check_lossless(reference, spec, near_tie_tolerance(torch.float64)).exact
+    assert spec.steps == reference.steps and torch.equal(spec.tokens, reference.tokens)
+    assert spec.metrics.nfe < reference.metrics.nfe
