@@ -9,7 +9,7 @@ same weights serve bidirectional, block-causal and cached-prefix evaluation.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -50,8 +50,6 @@ class ModelConfig:
     qk_norm: bool = False
     tie_embeddings: bool = False
     moe: MoEConfig | None = None
-    extra: dict = field(default_factory=dict, compare=False)
-    """Family-specific values kept for provenance (never read by the forward pass)."""
 
 
 class RMSNorm(nn.Module):

@@ -14,7 +14,7 @@ import json
 import math
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -52,7 +52,6 @@ class Recipe:
     checkpoint_every: int = 100
     validation_examples: int = 256
     tokenizer: str = "zoo/tokenizer"
-    extra: dict = field(default_factory=dict)
 
     @staticmethod
     def load(path: str | Path) -> Recipe:
