@@ -3,7 +3,7 @@ x budgets), read from a YAML file and/or command-line flags, and validated befor
 
 The embedded default (`Suite()`, mirrored by `suites/default.yaml`) is the main job: the zoo target
 sdar-a on the offline arith task, the training-free confidence proposer and the best proposer
-available (`confidence-branch` until SPOT lands), greedy and T=1 sampling. Zoo models are trained
+available (`spot`, the learned proposer trained on sdar-a), greedy and T=1 sampling. Zoo models are trained
 zero-shot, so few-shot prompting is off by default.
 """
 
@@ -26,7 +26,7 @@ EXECUTION_FIELDS = ("workers",)
 @dataclass(frozen=True)
 class Suite:
     models: tuple[str, ...] = ("sdar-a",)
-    proposers: tuple[str, ...] = ("confidence", "confidence-branch")
+    proposers: tuple[str, ...] = ("confidence", "spot")
     tasks: tuple[str, ...] = ("arith",)
     split: str = "test"
     limit: int = 24

@@ -13,7 +13,7 @@ SMALL = ["--models", "tiny-random:sdar", "--limit", "1", "--gen-length", "16", "
 
 def test_the_default_suite_file_is_the_embedded_default() -> None:
     assert build_suite(load_suite(SUITES / "default.yaml"), {}) == Suite()
-    assert Suite().models == ("sdar-a",) and "confidence-branch" in Suite().proposers
+    assert Suite().models == ("sdar-a",) and "spot" in Suite().proposers
     assert Suite().temperatures == (0.0, 1.0) and Suite().num_fewshot == 0
 
 
