@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from harness.decoding import DecodeConfig, parse_rule, plain_decode
 from harness.targets.registry import load_target
