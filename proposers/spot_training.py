@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import yaml
 from torch import Tensor
 from tqdm import tqdm
 
 from harness.decoding import NoiseSource, parse_rule
 from harness.errors import UserError
+from harness.recipes import load_recipe
 from harness.targets.target import DLMTarget
 from proposers.spot import ORDER_BEFORE_ROOT, ORDER_MASKED, SpotConfig, SpotNet, candidates, save_spot
 from proposers.spot import static_features
@@ -55,14 +55,12 @@ class SpotRecipe:
     model: dict = field(default_factory=dict)
     """`SpotConfig` fields."""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "temperatures", tuple(self.temperatures))
+
     @staticmethod
     def load(path: str | Path) -> SpotRecipe:
-        try:
-            raw = yaml.safe_load(Path(path).read_text())
-            raw["temperatures"] = tuple(raw.get("temperatures", (0.0, 1.0)))
-            return SpotRecipe(**raw)
-        except (OSError, yaml.YAMLError, TypeError, AttributeError) as error:
-            raise UserError(f"bad SPOT recipe {path}: {error}") from None
+        return load_recipe(SpotRecipe, path)
 
 
 @dataclass

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import yaml
 from tqdm import tqdm
 
 from harness.errors import UserError
+from harness.recipes import load_recipe
 from harness.targets.families import family
 from harness.targets.model import DLMTransformer, ModelConfig, MoEConfig
 from harness.targets.target import DLMTarget
@@ -55,21 +55,7 @@ class Recipe:
 
     @staticmethod
     def load(path: str | Path) -> Recipe:
-        path = Path(path)
-        try:
-            raw = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError) as error:
-            raise UserError(f"cannot read recipe {path}: {error}") from None
-        if not isinstance(raw, dict):
-            raise UserError(f"recipe {path} must be a YAML mapping")
-        known = {f.name for f in dataclasses.fields(Recipe)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise UserError(f"recipe {path}: unknown keys {unknown}; allowed: {sorted(known)}")
-        try:
-            return Recipe(**raw)
-        except TypeError as error:
-            raise UserError(f"recipe {path}: {error}") from None
+        return load_recipe(Recipe, path)
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         options = dict(self.model)
