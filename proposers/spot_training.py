@@ -14,7 +14,6 @@ Training is deterministic by the recipe's seed; the run folder keeps the collect
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -28,8 +27,16 @@ from harness.decoding import NoiseSource, parse_rule
 from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.targets.target import DLMTarget
-from proposers.spot import ORDER_BEFORE_ROOT, ORDER_MASKED, SpotConfig, SpotNet, candidates, save_spot
-from proposers.spot import static_features
+from harness.training.schedule import warmup_cosine
+from proposers.spot import (
+    ORDER_BEFORE_ROOT,
+    ORDER_MASKED,
+    SpotConfig,
+    SpotNet,
+    candidates,
+    save_spot,
+    static_features,
+)
 
 DATA_FILE = "trajectories.pt"
 STATE_FILE = "train_state.pt"
@@ -167,14 +174,6 @@ def collect_all(recipe: SpotRecipe, target: DLMTarget) -> tuple[list[Views], lis
     return parts, sources
 
 
-def learning_rate(recipe: SpotRecipe, step: int) -> float:
-    """Linear warmup, then cosine decay to 10% of the peak."""
-    if step < recipe.warmup_steps:
-        return recipe.learning_rate * (step + 1) / recipe.warmup_steps
-    progress = (step - recipe.warmup_steps) / max(1, recipe.steps - recipe.warmup_steps)
-    return recipe.learning_rate * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
 def batch_loss(net: SpotNet, data: dict[str, Tensor], index: Tensor) -> tuple[Tensor, Tensor]:
     """Mean NLL of the next committed position, and the number predicted right (argmax)."""
     logp = net(data["static"][data["view"][index]], data["candidate"][index], data["order"][index].long(),
@@ -236,7 +235,7 @@ def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -
     while step < recipe.steps:
         index = torch.randint(count, (recipe.batch_size,), generator=order)
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate(recipe, step)
+            group["lr"] = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
         loss, _ = batch_loss(net, training, index)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

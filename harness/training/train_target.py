@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from harness.targets.families import family
 from harness.targets.model import DLMTransformer, ModelConfig, MoEConfig
 from harness.targets.target import DLMTarget
 from harness.training.objective import Example, build_batch, diffusion_loss
+from harness.training.schedule import warmup_cosine
 
 STATE_FILE = "train_state.pt"
 REPORT_FILE = "training.json"
@@ -72,14 +72,6 @@ def init_weights(model: DLMTransformer, std: float = 0.02) -> None:
             torch.nn.init.zeros_(module.bias)
 
 
-def learning_rate(recipe: Recipe, step: int) -> float:
-    """Linear warmup, then cosine decay to 10% of the peak."""
-    if step < recipe.warmup_steps:
-        return recipe.learning_rate * (step + 1) / recipe.warmup_steps
-    progress = (step - recipe.warmup_steps) / max(1, recipe.steps - recipe.warmup_steps)
-    return recipe.learning_rate * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
 def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> dict:
     """Train (or resume) into `out_dir`; returns the training report."""
     spec = family(recipe.family)
@@ -117,7 +109,7 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
         cursor += recipe.batch_size
         batch = build_batch(chosen, spec, block_length=recipe.block_length, generator=noise, **ids)
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate(recipe, step)
+            group["lr"] = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
         loss = diffusion_loss(model, batch)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
