@@ -2,11 +2,12 @@
 
 The target's stale view (its previous pass over the block) already holds the right token at most
 positions; what is hard to guess is the *order*. `SpotNet`, a small transformer over the B block
-positions (~0.62M parameters), reads only features of the stale view (per position: top-k
-probabilities, entropy, margin, the coupled-noise candidate's log-probabilities at this depth), the
-position in the block and the path of commits already hypothesized on the current tree branch, and
-outputs a distribution over the next committed position. Its inputs never contain token ids or the
-vocabulary size, so one checkpoint runs on any target (transfer).
+positions (~0.6M parameters), reads only features of the stale view (per position: top-k
+probabilities, entropy, margin, the coupled-noise candidate's log-probabilities at this depth, its
+confidence rank and gap to the best masked position), where it sits relative to committed positions
+and the path of commits already hypothesized on the current tree branch, and outputs a distribution
+over the next committed position. Its inputs never contain token ids, the vocabulary size or the
+absolute position, so one checkpoint runs on any target and block length (transfer).
 
 `SpotProposer` grows a general tree best-first by cumulative path probability up to the budget. The
 token at a drafted position is the stale view's candidate under the same rule as the target's
@@ -34,20 +35,23 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
-from harness.decoding.rules import greedy_tokens
+from harness.decoding.rules import Rule, greedy_tokens
 from harness.targets.zoo import ZOO_DIR
 from proposers.confidence import ConfidenceProposer
 
 TOP_K = 8
 STATIC_FEATURES = TOP_K + 3
 """Per position, independent of depth: top-k probabilities, entropy, margin, log top-1 probability."""
-CANDIDATE_FEATURES = 3
-"""Per position and depth: candidate's log-prob (untempered, tempered), candidate == greedy token."""
+CANDIDATE_FEATURES = 4
+"""Per position and depth: the candidate's log-confidence by the rule's convention, its untempered and
+tempered log-probabilities, and whether it equals the greedy token."""
 LOG_FLOOR = -30.0
 WEIGHTS_FILE = "spot.safetensors"
 CONFIG_FILE = "spot.json"
 DEFAULT_CHECKPOINT = "spot-sdar-a"
 """The registry's `spot`: the zoo checkpoint trained on sdar-a (zoo/proposers/)."""
+SUPPORTED_CONFIDENCE = ("prob", "tempered_prob")
+"""Conventions whose log-confidence is a candidate log-probability (every zoo and published family)."""
 
 
 def static_features(stale: Tensor) -> Tensor:
@@ -60,25 +64,29 @@ def static_features(stale: Tensor) -> Tensor:
     return torch.cat([top, entropy, margin, top[:, :1].log().clamp_min(LOG_FLOOR)], -1).float()
 
 
-def candidates(stale: Tensor, noise: Tensor | None, temperature: float, mask_id: int) -> tuple[Tensor, Tensor]:
-    """The rule's candidate token at every position at one depth, and its features [B, 3].
+def candidates(stale: Tensor, noise: Tensor | None, temperature: float, rule: Rule) -> tuple[Tensor, Tensor]:
+    """The rule's candidate token at every position at one depth, and its features [B, 4].
 
     Same candidate as `harness.decoding.rules` (float64, mask excluded, ties to the lowest id), so a
     drafted token is the one the target commits whenever the stale view is still right there.
     """
+    if rule.confidence not in SUPPORTED_CONFIDENCE:
+        raise ValueError(f"SPOT features need a probability confidence, not {rule.confidence!r}")
     x = stale.double()
-    greedy = greedy_tokens(x, mask_id)
+    greedy = greedy_tokens(x, rule.mask_id)
     if temperature > 0:
         if noise is None:
             raise ValueError("sampling at T>0 needs Gumbel noise")
-        tokens = greedy_tokens(x / temperature + noise.to(x.device), mask_id)
+        tokens = greedy_tokens(x / temperature + noise.to(x.device), rule.mask_id)
         tempered = (x / temperature).log_softmax(-1).gather(-1, tokens[:, None]).squeeze(1)
     else:
         tokens = greedy
     plain = x.log_softmax(-1).gather(-1, tokens[:, None]).squeeze(1)
     if temperature <= 0:
         tempered = plain
-    features = torch.stack([plain.clamp_min(LOG_FLOOR), tempered.clamp_min(LOG_FLOOR), (tokens == greedy).double()], -1)
+    confidence = plain if rule.confidence == "prob" else tempered
+    features = torch.stack([confidence, plain, tempered], -1).clamp_min(LOG_FLOOR)
+    features = torch.cat([features, (tokens == greedy).double()[:, None]], -1)
     return tokens.cpu(), features.float().cpu()
 
 
@@ -88,7 +96,6 @@ class SpotConfig:
     layers: int = 3
     heads: int = 4
     ffn: int = 512
-    max_block: int = 64
     max_depth: int = 16
     """Path depths beyond this share the last order embedding."""
 
@@ -96,16 +103,53 @@ class SpotConfig:
 ORDER_MASKED, ORDER_BEFORE_ROOT = 0, 1
 """Order codes per position: masked at the node, committed at or before the root, else 2 + depth."""
 EXPAND = -1
+NODE_FEATURES = 9
+GAP_SCALE = 10.0
+"""Log-confidence gaps are clamped to -GAP_SCALE nats and divided by it."""
+
+
+def node_features(candidate: Tensor, order: Tensor, depth: Tensor) -> Tensor:
+    """[N, B, NODE_FEATURES]: each position relative to the rest of the block at one tree node.
+
+    Why relative: absolute positions and confidence levels are calibrated to the target the network
+    was trained on (a position embedding learned sdar-a's own order and lost to plain confidence on
+    every other zoo target, docs/spot.md); how a position ranks against the other masked ones and
+    where it sits next to what is already committed carries over. Features: log-confidence gap to
+    the best masked position (the rule's `prob` convention, column 0 of `candidate`), is-best, rank,
+    fraction of the block still masked, left / right neighbour committed (the block's left edge
+    counts as committed), leftmost masked, adjacent to and distance from this branch's last commit.
+    """
+    masked = order == ORDER_MASKED
+    score = candidate[..., 0].masked_fill(~masked, -math.inf)
+    best = score.max(-1, keepdim=True).values
+    gap = (score - best).nan_to_num(0.0).clamp_min(-GAP_SCALE).masked_fill(~masked, 0.0)
+    rank = (score[..., None, :] > score[..., :, None]).sum(-1).clamp_max(7).masked_fill(~masked, 7)
+    committed = ~masked
+    left = nn.functional.pad(committed, (1, 0), value=True)[..., :-1]
+    right = nn.functional.pad(committed, (0, 1), value=False)[..., 1:]
+    leftmost = masked & (masked.cumsum(-1) == 1)
+    positions = torch.arange(order.shape[-1], device=order.device)
+    last = (order == (depth[:, None] + 1)).float().argmax(-1, keepdim=True)
+    distance = torch.where(depth[:, None] > 0, (positions[None] - last).abs().clamp_max(8), 8)
+    fraction = masked.float().mean(-1, keepdim=True).expand_as(gap)
+    return torch.stack([gap / GAP_SCALE, (rank == 0).float(), rank / 7, fraction, left.float(), right.float(),
+                        leftmost.float(), (distance == 1).float(), distance / 8], -1)
 
 
 class SpotNet(nn.Module):
-    """Per position features + position + path order -> a logit per position (masked ones only)."""
+    """Per position features + path order -> the next committed position.
+
+    No position embedding: the encoder is permutation-equivariant over the block, so the network
+    runs on any block length, and where a position is comes only from its relation to committed
+    ones (`node_features`). The output adds the network's score to the log-confidence gap
+    (`confidence_weight`, starts at 1): an untrained network ranks like the confidence proposer
+    and training learns the correction.
+    """
 
     def __init__(self, config: SpotConfig):
         super().__init__()
         self.config = config
-        self.project = nn.Linear(STATIC_FEATURES + CANDIDATE_FEATURES + 2, config.width)
-        self.position = nn.Embedding(config.max_block, config.width)
+        self.project = nn.Linear(STATIC_FEATURES + CANDIDATE_FEATURES + 2 + NODE_FEATURES, config.width)
         self.order = nn.Embedding(config.max_depth + 2, config.width)
         layer = nn.TransformerEncoderLayer(
             config.width, config.heads, config.ffn, dropout=0.0, batch_first=True, norm_first=True
@@ -113,6 +157,7 @@ class SpotNet(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, config.layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(config.width)
         self.head = nn.Linear(config.width, 1)
+        self.confidence_weight = nn.Parameter(torch.tensor(1.0))
 
     def forward(self, static: Tensor, candidate: Tensor, order: Tensor, depth: Tensor, temperature: Tensor
                 ) -> Tensor:
@@ -120,10 +165,10 @@ class SpotNet(nn.Module):
         -> [N, B] log-probabilities of the next committed position (-inf where not masked)."""
         n, size = order.shape
         scalars = torch.stack([depth.float() / self.config.max_depth, temperature.float()], -1)
-        x = torch.cat([static, candidate, scalars[:, None].expand(n, size, 2)], -1)
-        positions = torch.arange(size, device=order.device)
-        h = self.project(x) + self.position(positions)[None] + self.order(order.clamp_max(self.config.max_depth + 1))
-        logits = self.head(self.norm(self.encoder(h))).squeeze(-1)
+        node = node_features(candidate, order, depth)
+        x = torch.cat([static, candidate, scalars[:, None].expand(n, size, 2), node], -1)
+        h = self.project(x) + self.order(order.clamp_max(self.config.max_depth + 1))
+        logits = self.head(self.norm(self.encoder(h))).squeeze(-1) + self.confidence_weight * node[..., 0] * GAP_SCALE
         return logits.masked_fill(order != ORDER_MASKED, -math.inf).log_softmax(-1)
 
 
@@ -157,7 +202,7 @@ class SpotProposer:
     def propose(self, request: DraftRequest) -> DraftTree:
         if request.stale is None or request.budget == 0:
             return DraftTree()
-        if request.rule.name != "top1":
+        if request.rule.name != "top1" or request.rule.confidence not in SUPPORTED_CONFIDENCE:
             return self.fallback.propose(request)
         mask_id, stale, budget = request.rule.mask_id, request.stale, request.budget
         static = static_features(stale).cpu()[None]
@@ -166,7 +211,7 @@ class SpotProposer:
         def at_depth(depth: int) -> tuple[Tensor, Tensor]:
             if depth not in per_depth:
                 noise = request.noise(request.step + depth) if request.noise else None
-                per_depth[depth] = candidates(stale, noise, request.temperature, mask_id)
+                per_depth[depth] = candidates(stale, noise, request.temperature, request.rule)
             return per_depth[depth]
 
         # Frontier: (-cumulative log-prob, tie-break, parent, depth, position). Position EXPAND stands

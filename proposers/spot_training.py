@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from tqdm import tqdm
 from harness.decoding import NoiseSource, parse_rule
 from harness.errors import UserError
 from harness.recipes import load_recipe
+from harness.results import git_revision
 from harness.targets.target import DLMTarget
 from harness.training.schedule import warmup_cosine
 from proposers.spot import (
@@ -137,7 +137,7 @@ def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_len
         fixed = None
         for depth in range(min(max_depth, size - root_commits - 1)):
             if fixed is None or noise:
-                fixed = candidates(logits, noise(root_step + depth) if noise else None, temperature, mask_id)[1]
+                fixed = candidates(logits, noise(root_step + depth) if noise else None, temperature, rule)[1]
             order = torch.full((size,), ORDER_MASKED, dtype=torch.long)
             order[block[:root_commits]] = ORDER_BEFORE_ROOT
             for k, position in enumerate(block[root_commits : root_commits + depth]):
@@ -191,14 +191,6 @@ def evaluate(net: SpotNet, data: dict[str, Tensor], batch_size: int) -> dict[str
         losses += float(loss) * index.numel()
         right += int(hits)
     return {"loss": losses / max(1, count), "accuracy": right / max(1, count)}
-
-
-def git_revision() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -> dict:

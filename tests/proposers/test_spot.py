@@ -14,7 +14,21 @@ from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_target
 from harness.targets.target import DLMTarget
 from harness.targets.zoo import ZOO_DIR
-from proposers.spot import CONFIG_FILE, SpotConfig, SpotNet, SpotProposer, candidates, load_spot, save_spot
+from proposers.confidence import ConfidenceProposer
+from proposers.spot import (
+    CONFIG_FILE,
+    GAP_SCALE,
+    ORDER_BEFORE_ROOT,
+    ORDER_MASKED,
+    SpotConfig,
+    SpotNet,
+    SpotProposer,
+    candidates,
+    load_spot,
+    node_features,
+    save_spot,
+    static_features,
+)
 
 PROMPTS = [list(b"Q: 2+2=?\nA:"), list(b"The quick brown fox")]
 
@@ -72,8 +86,59 @@ def test_tree_is_best_first_within_budget_with_the_rules_candidates(temperature,
         depth[index] = depth[node.parent] + 1
         (position,), (token,) = node.transition.positions, node.transition.tokens
         noise = req.noise(req.step + depth[node.parent]) if req.noise else None
-        assert token == int(candidates(req.stale, noise, temperature, target.mask_id)[0][position])
+        assert token == int(candidates(req.stale, noise, temperature, req.rule)[0][position])
     assert tree.nodes[0].parent == 0  # the most likely first commit comes first
+
+
+def test_node_features_by_hand():
+    # block of 6: position 1 committed before the root, position 3 committed at path depth 0
+    order = torch.tensor([[ORDER_MASKED, ORDER_BEFORE_ROOT, ORDER_MASKED, 2, ORDER_MASKED, ORDER_MASKED]])
+    confidence = torch.tensor([[-0.5, 0.0, -0.1, 0.0, -3.0, -20.0]])
+    candidate = torch.stack([confidence, confidence, confidence, torch.ones_like(confidence)], -1)
+    f = node_features(candidate, order, torch.tensor([1]))[0]
+    gap, best, rank, fraction, left, right, leftmost, adjacent, distance = f.unbind(-1)
+    masked = [0, 2, 4, 5]
+    assert torch.allclose(gap[masked] * GAP_SCALE, torch.tensor([-0.4, 0.0, -2.9, -GAP_SCALE]))
+    assert best.tolist() == [0, 0, 1, 0, 0, 0]
+    assert (rank[masked] * 7).round().tolist() == [1, 0, 2, 3]
+    assert torch.allclose(fraction, torch.full((6,), 4 / 6))
+    assert left.tolist() == [1, 0, 1, 0, 1, 0] and right.tolist() == [1, 0, 1, 0, 0, 0]
+    assert leftmost.tolist() == [1, 0, 0, 0, 0, 0]
+    assert adjacent.tolist() == [0, 0, 1, 0, 1, 0] and (distance * 8).round().tolist() == [3, 2, 1, 0, 1, 2]
+    at_root = node_features(candidate, order, torch.tensor([0]))[0]
+    assert at_root[:, 7].sum() == 0 and bool((at_root[:, 8] == 1).all())  # no path commit yet
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_with_a_silent_head_spot_ranks_like_the_rule(temperature):
+    # The output is the network's score plus the log-confidence gap: with a zero head, the most
+    # likely next commit at every node of the confidence chain is the one the rule simulates.
+    target = exact_target("sdar")
+    net = SpotNet(SpotConfig()).eval()
+    torch.nn.init.zeros_(net.head.weight)
+    torch.nn.init.zeros_(net.head.bias)
+    req = request(target, temperature, 5, committed=2)
+    chain = ConfidenceProposer().propose(req)
+    order = torch.where(req.root == target.mask_id, ORDER_MASKED, ORDER_BEFORE_ROOT)
+    static = static_features(req.stale)[None]
+    for depth, node in enumerate(chain.nodes):
+        noise = req.noise(req.step + depth) if req.noise else None
+        features = candidates(req.stale, noise, temperature, req.rule)[1][None]
+        with torch.no_grad():
+            logp = net(static, features, order[None], torch.tensor([depth]), torch.tensor([temperature]))[0]
+        (position,) = node.transition.positions
+        assert int(logp.argmax()) == position
+        order = order.clone()
+        order[position] = 2 + depth
+    assert len(chain.nodes) == 5
+
+
+def test_the_network_runs_on_any_block_length():
+    net = random_net()
+    for size in (4, 32, 96):
+        order = torch.zeros(2, size, dtype=torch.long)
+        logp = net(torch.rand(2, size, 11), torch.rand(2, size, 4), order, torch.tensor([0, 3]), torch.zeros(2))
+        assert logp.shape == (2, size) and torch.allclose(logp.exp().sum(-1), torch.ones(2))
 
 
 def test_no_stale_view_no_draft_and_a_full_block_is_not_drafted():
