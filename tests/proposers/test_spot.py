@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 
@@ -131,6 +132,16 @@ def test_with_a_silent_head_spot_ranks_like_the_rule(temperature):
         order = order.clone()
         order[position] = 2 + depth
     assert len(chain.nodes) == 5
+
+
+def test_threshold_rules_and_non_probability_confidence_fall_back_to_the_confidence_chain():
+    target = exact_target("sdar")
+    req = request(target, 1.0, 6)
+    threshold = dataclasses.replace(req, rule=parse_rule("threshold:0.01", target.family, target.mask_id))
+    margin = dataclasses.replace(req, rule=dataclasses.replace(req.rule, confidence="margin"))
+    for fallback in (threshold, margin):
+        assert SpotProposer(random_net()).propose(fallback) == ConfidenceProposer().propose(fallback)
+    assert SpotProposer(random_net()).propose(req) != ConfidenceProposer().propose(req)
 
 
 def test_the_network_runs_on_any_block_length():
