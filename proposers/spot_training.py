@@ -14,7 +14,6 @@ Training is deterministic by the recipe's seed; the run folder keeps the collect
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,11 +22,10 @@ from torch import Tensor
 from tqdm import tqdm
 
 from harness.decoding import NoiseSource, parse_rule
-from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.results import git_revision
 from harness.targets.target import DLMTarget
-from harness.training.schedule import warmup_cosine
+from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
 from proposers.spot import (
     ORDER_BEFORE_ROOT,
     ORDER_MASKED,
@@ -213,10 +211,8 @@ def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -
     order = torch.Generator().manual_seed(recipe.seed + 1)
     step = 0
     state_path = run_dir / STATE_FILE
-    if state_path.exists():
-        state = torch.load(state_path, weights_only=False)
-        if state["recipe"] != dataclasses.asdict(recipe):
-            raise UserError(f"{run_dir} holds a run of a different recipe; use a new --run-dir")
+    state = load_state(state_path, recipe, "use a new --run-dir")
+    if state is not None:
         net.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         order.set_state(state["order"])
@@ -226,21 +222,16 @@ def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -
     net.train()
     while step < recipe.steps:
         index = torch.randint(count, (recipe.batch_size,), generator=order)
-        for group in optimizer.param_groups:
-            group["lr"] = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
         loss, _ = batch_loss(net, training, index)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        optimizer.step()
+        lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
+        optimizer_step(optimizer, net.parameters(), loss, lr, grad_clip=1.0)
         step += 1
         progress.update(1)
         progress.set_postfix(loss=f"{loss.item():.3f}")
         if step % recipe.checkpoint_every == 0 or step == recipe.steps:
             state = dict(recipe=dataclasses.asdict(recipe), model=net.state_dict(),
                          optimizer=optimizer.state_dict(), order=order.get_state(), step=step)
-            torch.save(state, state_path.with_suffix(".tmp"))
-            os.replace(state_path.with_suffix(".tmp"), state_path)
+            save_state(state_path, state)
     progress.close()
     net.eval()
     report = {

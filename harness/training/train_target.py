@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from harness.targets.families import family
 from harness.targets.model import DLMTransformer, ModelConfig, MoEConfig
 from harness.targets.target import DLMTarget
 from harness.training.objective import Example, build_batch, diffusion_loss
-from harness.training.schedule import warmup_cosine
+from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
 
 STATE_FILE = "train_state.pt"
 REPORT_FILE = "training.json"
@@ -88,10 +87,8 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
     order = torch.Generator().manual_seed(recipe.seed + 2)
     step, tokens_seen, permutation, cursor = 0, 0, torch.randperm(len(training), generator=order), 0
     state_path = out_dir / STATE_FILE
-    if state_path.exists():
-        state = torch.load(state_path, weights_only=False)
-        if state["recipe"] != dataclasses.asdict(recipe):
-            raise UserError(f"{out_dir} holds a run of a different recipe; use a new --out folder")
+    state = load_state(state_path, recipe, "use a new --out folder")
+    if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         noise.set_state(state["noise"])
@@ -108,13 +105,9 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
         chosen = [training[i] for i in permutation[cursor : cursor + recipe.batch_size].tolist()]
         cursor += recipe.batch_size
         batch = build_batch(chosen, spec, block_length=recipe.block_length, generator=noise, **ids)
-        for group in optimizer.param_groups:
-            group["lr"] = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
         loss = diffusion_loss(model, batch)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-        optimizer.step()
+        lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
+        optimizer_step(optimizer, model.parameters(), loss, lr, recipe.grad_clip)
         step += 1
         tokens_seen += sum(len(e.prompt) + len(e.answer) for e in chosen)
         progress.update(1)
@@ -125,8 +118,7 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
                 optimizer=optimizer.state_dict(), noise=noise.get_state(), order=order.get_state(),
                 step=step, tokens_seen=tokens_seen, permutation=permutation, cursor=cursor,
             )
-            torch.save(state, state_path.with_suffix(".tmp"))
-            os.replace(state_path.with_suffix(".tmp"), state_path)
+            save_state(state_path, state)
     progress.close()
     model.eval()
     report = {

@@ -1,0 +1,51 @@
+"""What every trainer here (zoo targets, SPOT proposers) shares: the learning-rate schedule, one
+optimizer step, and a training state that survives interruption, so a re-run resumes bit-identically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+from torch import Tensor
+
+from harness.errors import UserError
+
+
+def warmup_cosine(peak: float, warmup_steps: int, total_steps: int, step: int) -> float:
+    """Linear warmup, then cosine decay to 10% of the peak."""
+    if step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return peak * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, parameters: Iterable[Tensor], loss: Tensor, lr: float,
+                   grad_clip: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
+    optimizer.step()
+
+
+def load_state(path: Path, recipe: Any, fix: str) -> dict | None:
+    """The training state saved at `path` (None if there is none); one of another recipe is refused."""
+    if not path.exists():
+        return None
+    state = torch.load(path, weights_only=False)
+    if state["recipe"] != dataclasses.asdict(recipe):
+        raise UserError(f"{path.parent} holds a run of a different recipe; {fix}")
+    return state
+
+
+def save_state(path: Path, state: dict) -> None:
+    """Temp file + rename: an interrupted save leaves the previous state, never a broken one."""
+    temp = path.with_suffix(".tmp")
+    torch.save(state, temp)
+    os.replace(temp, path)
