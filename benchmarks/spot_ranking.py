@@ -19,6 +19,7 @@ import torch
 from harness.targets.registry import load_target
 from proposers.spot import ORDER_MASKED, SpotNet, load_spot
 from proposers.spot_training import Views, collect
+from tasks.base import prompt_ids
 from tasks.registry import get_task
 
 DEPTHS = ((0, 1), (1, 4), (4, 16))
@@ -29,7 +30,7 @@ def held_out_examples(name: str, start: int, prompts: int, gen_length: int, bloc
     task = get_task("arith")
     parts = []
     for index, sample in enumerate(task.load("train", limit=start + prompts)[start:]):
-        ids = target.tokenizer.encode(task.prompt(sample, target.tokenizer), add_special_tokens=False)
+        ids = prompt_ids(task, sample, target.tokenizer)
         for temperature in (0.0, 1.0):
             parts.append(collect(target, ids, gen_length, block_length, temperature, 1000 + index, 16)[0])
     return Views.cat(parts)

@@ -8,7 +8,6 @@ speedup compares like with like. Each arm is checked against the reference and s
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import socket
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.suite import Suite
-from tasks.base import Sample
+from tasks.base import Sample, prompt_ids
 
 
 @dataclass(frozen=True)
@@ -48,10 +47,7 @@ class Evaluator:
         if name not in self._tasks:
             from tasks.registry import get_task
 
-            task = get_task(name)
-            if self.suite.num_fewshot is not None and hasattr(task, "num_fewshot"):
-                task = dataclasses.replace(task, num_fewshot=self.suite.num_fewshot)
-            self._tasks[name] = task
+            self._tasks[name] = get_task(name, self.suite.num_fewshot)
         return self._tasks[name]
 
     def evaluate(self, unit: Unit) -> list[list[dict[str, Any]]]:
@@ -62,7 +58,7 @@ class Evaluator:
 
         target, task = self.target(unit.model), self.task(unit.task)
         tokenizer = target.tokenizer
-        ids = tokenizer.encode(task.prompt(unit.sample, tokenizer), add_special_tokens=False)
+        ids = prompt_ids(task, unit.sample, tokenizer)
         tolerance = near_tie_tolerance(target.dtype)
         out = []
         for temperature, rule_text, seed in unit.groups:

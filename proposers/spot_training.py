@@ -152,17 +152,16 @@ def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_len
 
 def collect_all(recipe: SpotRecipe, target: DLMTarget) -> tuple[list[Views], list[str]]:
     """Every (prompt, temperature) generation of the recipe, in a fixed order; and their sources."""
+    from tasks.base import prompt_ids
     from tasks.registry import get_task
 
     max_depth = SpotConfig(**recipe.model).max_depth
     parts, sources = [], []
     jobs = []
     for name, limit in recipe.tasks.items():
-        task = get_task(name)
-        if hasattr(task, "num_fewshot"):
-            task = dataclasses.replace(task, num_fewshot=0)
+        task = get_task(name, num_fewshot=0)
         for index, sample in enumerate(task.load("train", limit=limit)):
-            ids = target.tokenizer.encode(task.prompt(sample, target.tokenizer), add_special_tokens=False)
+            ids = prompt_ids(task, sample, target.tokenizer)
             jobs.extend((f"{name}/train/{index}", ids, t) for t in recipe.temperatures)
     for number, (source, ids, temperature) in enumerate(tqdm(jobs, desc="collect", unit="gen")):
         views, _ = collect(target, ids, recipe.gen_length, recipe.block_length, temperature,

@@ -63,6 +63,11 @@ class Task(Protocol):
     def self_check(self, data_dir: str | None = None, limit: int | None = None) -> SelfCheck: ...
 
 
+def prompt_ids(task: Task, sample: Sample, tokenizer: Any) -> list[int]:
+    """The prompt as token ids; no special tokens are added (`render` already applied any template)."""
+    return tokenizer.encode(task.prompt(sample, tokenizer), add_special_tokens=False)
+
+
 def render(user_text: str, raw_prompt: str, tokenizer: Any = None, prefill: str = "") -> str:
     """`raw_prompt` for base models; for a tokenizer with a chat template, `user_text` as the user
     turn followed by `prefill`, the start of the answer (e.g. the function header the model must

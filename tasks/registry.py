@@ -3,6 +3,7 @@ one line here (modules are imported only when their task is asked for)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 from harness.errors import UserError
@@ -22,9 +23,13 @@ def task_names() -> list[str]:
     return list(TASKS)
 
 
-def get_task(name: str) -> Task:
-    """A fresh task object (default options) for `name`."""
+def get_task(name: str, num_fewshot: int | None = None) -> Task:
+    """A fresh task object for `name`; `num_fewshot` sets the examples in the prompt of tasks that
+    take any (zero-shot tasks ignore it), None keeps the task's default."""
     if name not in TASKS:
         raise UserError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}")
     module, _, cls = TASKS[name].partition(":")
-    return getattr(importlib.import_module(module), cls)()
+    task = getattr(importlib.import_module(module), cls)()
+    if num_fewshot is not None and hasattr(task, "num_fewshot"):
+        task = dataclasses.replace(task, num_fewshot=num_fewshot)
+    return task

@@ -10,7 +10,6 @@ checked against the plain one.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
 
@@ -41,14 +40,13 @@ def run(args: argparse.Namespace) -> int:
     from harness.lossless import check_lossless, near_tie_tolerance
     from harness.targets.registry import load_target
     from proposers import build_proposer
+    from tasks.base import prompt_ids
     from tasks.registry import get_task
 
     if args.limit <= 0:
         raise UserError(f"--limit must be positive, got {args.limit}")
-    task = get_task(args.task)
-    if args.fewshot is not None and hasattr(task, "num_fewshot"):
-        task = dataclasses.replace(task, num_fewshot=args.fewshot)
-    elif args.fewshot:
+    task = get_task(args.task, args.fewshot)
+    if args.fewshot and not hasattr(task, "num_fewshot"):
         raise UserError(f"task {args.task!r} is zero-shot only; drop --fewshot")
     if args.split not in task.splits:
         raise UserError(f"task {args.task!r} has no split {args.split!r}; splits: {', '.join(task.splits)}")
@@ -60,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     hits = commits = plain_nfe = spec_nfe = spec_commits = tokens = exact = 0
     completions = []
     for sample in samples:
-        ids = target.tokenizer.encode(task.prompt(sample, target.tokenizer), add_special_tokens=False)
+        ids = prompt_ids(task, sample, target.tokenizer)
         plain = plain_decode(target, ids, config)
         spec = speculative_decode(target, ids, build_proposer(args.proposer, target, plain), config, args.budget)
         exact += check_lossless(plain, spec, tolerance).exact

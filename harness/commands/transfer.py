@@ -34,7 +34,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
     from pathlib import Path
 
     import torch
@@ -45,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.targets.registry import load_target
     from proposers import build_proposer
     from proposers.spot import CONFIG_FILE, SpotProposer, load_spot
+    from tasks.base import prompt_ids
     from tasks.registry import get_task
 
     folder = Path(args.proposer_checkpoint)
@@ -57,17 +57,14 @@ def run(args: argparse.Namespace) -> int:
     budgets = [int(b) for b in args.budgets.split(",")]
     temperatures = [float(t) for t in args.temperatures.split(",")]
     arms = [*args.baselines.split(","), "spot"]
-    task = get_task(args.task)
-    if hasattr(task, "num_fewshot"):
-        task = dataclasses.replace(task, num_fewshot=0)
+    task = get_task(args.task, num_fewshot=0)
     samples = task.load(args.split, limit=args.limit)
     rows = []
     for name in args.targets.split(","):
         target = load_target(name)
         rule = parse_rule("top1", target.family, target.mask_id)
         tolerance = near_tie_tolerance(target.dtype)
-        prompts = [target.tokenizer.encode(task.prompt(s, target.tokenizer), add_special_tokens=False)
-                   for s in samples]
+        prompts = [prompt_ids(task, s, target.tokenizer) for s in samples]
         for temperature in temperatures:
             totals = {(arm, b): [0, 0, 0, 0] for arm in arms for b in budgets}  # plain, spec, exact, commits
             for index, ids in enumerate(prompts):

@@ -6,7 +6,6 @@ is evaluated with. Only train splits are read: nothing from a test split trains 
 
 from __future__ import annotations
 
-import dataclasses
 import random
 
 from harness.training.objective import Example
@@ -18,9 +17,7 @@ def training_pairs(task_names: list[str]) -> list[tuple[str, str]]:
 
     pairs = []
     for name in task_names:
-        task = get_task(name.strip())
-        if hasattr(task, "num_fewshot"):
-            task = dataclasses.replace(task, num_fewshot=0)
+        task = get_task(name.strip(), num_fewshot=0)
         pairs += [(task.prompt(s), s.target) for s in task.load("train")]
     return pairs
 

@@ -26,3 +26,9 @@ def test_every_task_follows_the_protocol(name, chat_tokenizer):
 def test_unknown_task_is_a_user_error():
     with pytest.raises(UserError, match="known tasks: arith"):
         get_task("nope")
+
+
+def test_num_fewshot_is_set_where_a_task_takes_examples_and_ignored_elsewhere():
+    assert get_task("gsm8k").num_fewshot == 5 and get_task("gsm8k", 0).num_fewshot == 0
+    assert get_task("mbpp", 1).num_fewshot == 1
+    assert not hasattr(get_task("arith", 3), "num_fewshot")
