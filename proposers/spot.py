@@ -209,10 +209,11 @@ class SpotProposer:
         per_depth: dict[int, tuple[Tensor, Tensor]] = {}
 
         def at_depth(depth: int) -> tuple[Tensor, Tensor]:
-            if depth not in per_depth:
+            key = depth if request.noise else 0  # without noise every depth has the same candidates
+            if key not in per_depth:
                 noise = request.noise(request.step + depth) if request.noise else None
-                per_depth[depth] = candidates(stale, noise, request.temperature, request.rule)
-            return per_depth[depth]
+                per_depth[key] = candidates(stale, noise, request.temperature, request.rule)
+            return per_depth[key]
 
         # Frontier: (-cumulative log-prob, tie-break, parent, depth, position). Position EXPAND stands
         # for a drafted node whose children are not scored yet: the network runs only when that entry
