@@ -17,7 +17,7 @@ import argparse
 import torch
 
 from harness.targets.registry import load_target
-from proposers.spot import ORDER_MASKED, SpotNet, load_spot
+from proposers.spot import MASKED, SpotConfig, SpotNet, load_spot
 from proposers.spot_training import Views, collect
 from tasks.base import prompt_ids
 from tasks.registry import get_task
@@ -25,14 +25,15 @@ from tasks.registry import get_task
 DEPTHS = ((0, 1), (1, 4), (4, 16))
 
 
-def held_out_examples(name: str, start: int, prompts: int, gen_length: int, block_length: int) -> dict:
+def held_out_examples(name: str, start: int, prompts: int, gen_length: int, block_length: int,
+                      config: SpotConfig) -> dict:
     target = load_target(name)
     task = get_task("arith")
     parts = []
     for index, sample in enumerate(task.load("train", limit=start + prompts)[start:]):
         ids = prompt_ids(task, sample, target.tokenizer)
         for temperature in (0.0, 1.0):
-            parts.append(collect(target, ids, gen_length, block_length, temperature, 1000 + index, 16)[0])
+            parts.append(collect(target, ids, gen_length, block_length, temperature, 1000 + index, config)[0])
     return Views.cat(parts)
 
 
@@ -42,11 +43,11 @@ def rankings(net: SpotNet, data: dict) -> tuple[torch.Tensor, torch.Tensor, torc
     top1, top3 = [], []
     for start in range(0, data["label"].numel(), 2048):
         index = torch.arange(start, min(data["label"].numel(), start + 2048))
-        logp = net(data["static"][data["view"][index]], data["candidate"][index], data["order"][index].long(),
+        logp = net(data["static"][data["view"][index]], data["candidate"][index], data["ages"][index].long(),
                    data["depth"][index], data["temperature"][index])
         top1.append(logp.argmax(1))
         top3.append(logp.topk(3, 1).indices)
-    confidence = data["candidate"][..., 0].masked_fill(data["order"].long() != ORDER_MASKED, -torch.inf)
+    confidence = data["candidate"][..., 0].masked_fill(data["ages"].long() != MASKED, -torch.inf)
     return torch.cat(top1), torch.cat(top3), confidence.argmax(1)
 
 
@@ -62,7 +63,7 @@ def main() -> None:
     net = load_spot(args.checkpoint)
     print(f"{'target':8s} {'T':>3s} {'depths':>6s} {'spot':>6s} {'top3':>6s} {'rule':>6s} {'ratio':>6s}")
     for name in args.targets.split(","):
-        data = held_out_examples(name, args.start, args.prompts, args.gen_length, args.block_length)
+        data = held_out_examples(name, args.start, args.prompts, args.gen_length, args.block_length, net.config)
         top1, top3, rule = rankings(net, data)
         label = data["label"]
         for temperature in (0.0, 1.0):

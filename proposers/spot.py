@@ -42,9 +42,11 @@ from proposers.confidence import ConfidenceProposer
 TOP_K = 8
 STATIC_FEATURES = TOP_K + 3
 """Per position, independent of depth: top-k probabilities, entropy, margin, log top-1 probability."""
-CANDIDATE_FEATURES = 4
+CANDIDATE_FEATURES = 5
 """Per position and depth: the candidate's log-confidence by the rule's convention, its untempered and
-tempered log-probabilities, and whether it equals the greedy token."""
+tempered log-probabilities, the log-odds of its confidence, and whether it equals the greedy token."""
+CONFIDENCE, LOG_ODDS = 0, 3
+"""Columns of the candidate features that `node_features` compares across positions."""
 LOG_FLOOR = -30.0
 WEIGHTS_FILE = "spot.safetensors"
 CONFIG_FILE = "spot.json"
@@ -64,8 +66,20 @@ def static_features(stale: Tensor) -> Tensor:
     return torch.cat([top, entropy, margin, top[:, :1].log().clamp_min(LOG_FLOOR)], -1).float()
 
 
+def log_odds(logp: Tensor, tokens: Tensor) -> Tensor:
+    """log p(token) - log(1 - p(token)) per position, exact near p = 1.
+
+    Why: the target's near-ties are between positions it is almost sure of (0.994 against 0.995),
+    where log-probabilities differ by 1e-3 and log-odds by 0.2; without this scale the network
+    cannot tell a near-tie from a clear lead.
+    """
+    chosen = logp.gather(-1, tokens[:, None]).squeeze(1)
+    rest = logp.scatter(-1, tokens[:, None], -math.inf).logsumexp(-1)
+    return chosen - rest
+
+
 def candidates(stale: Tensor, noise: Tensor | None, temperature: float, rule: Rule) -> tuple[Tensor, Tensor]:
-    """The rule's candidate token at every position at one depth, and its features [B, 4].
+    """The rule's candidate token at every position at one depth, and its features [B, 5].
 
     Same candidate as `harness.decoding.rules` (float64, mask excluded, ties to the lowest id), so a
     drafted token is the one the target commits whenever the stale view is still right there.
@@ -74,19 +88,21 @@ def candidates(stale: Tensor, noise: Tensor | None, temperature: float, rule: Ru
         raise ValueError(f"SPOT features need a probability confidence, not {rule.confidence!r}")
     x = stale.double()
     greedy = greedy_tokens(x, rule.mask_id)
+    plain_logp = x.log_softmax(-1)
     if temperature > 0:
         if noise is None:
             raise ValueError("sampling at T>0 needs Gumbel noise")
         tokens = greedy_tokens(x / temperature + noise.to(x.device), rule.mask_id)
-        tempered = (x / temperature).log_softmax(-1).gather(-1, tokens[:, None]).squeeze(1)
+        tempered_logp = (x / temperature).log_softmax(-1)
     else:
-        tokens = greedy
-    plain = x.log_softmax(-1).gather(-1, tokens[:, None]).squeeze(1)
-    if temperature <= 0:
-        tempered = plain
-    confidence = plain if rule.confidence == "prob" else tempered
+        tokens, tempered_logp = greedy, plain_logp
+    plain = plain_logp.gather(-1, tokens[:, None]).squeeze(1)
+    tempered = tempered_logp.gather(-1, tokens[:, None]).squeeze(1)
+    confidence_logp = plain_logp if rule.confidence == "prob" else tempered_logp
+    confidence = confidence_logp.gather(-1, tokens[:, None]).squeeze(1)
+    odds = log_odds(confidence_logp, tokens).clamp(LOG_FLOOR, -LOG_FLOOR)
     features = torch.stack([confidence, plain, tempered], -1).clamp_min(LOG_FLOOR)
-    features = torch.cat([features, (tokens == greedy).double()[:, None]], -1)
+    features = torch.cat([features, odds[:, None], (tokens == greedy).double()[:, None]], -1)
     return tokens.cpu(), features.float().cpu()
 
 
@@ -97,47 +113,86 @@ class SpotConfig:
     heads: int = 4
     ffn: int = 512
     max_depth: int = 16
-    """Path depths beyond this share the last order embedding."""
+    """Deepest tree node of the training examples; depths are fed divided by it."""
+    max_age: int = 16
+    """Commits older than this share one age embedding."""
 
 
-ORDER_MASKED, ORDER_BEFORE_ROOT = 0, 1
-"""Order codes per position: masked at the node, committed at or before the root, else 2 + depth."""
+MASKED = -1
+"""`ages[i]`: how many commits of the block were made after position i was committed (0: the
+latest), MASKED where i is still masked. Ages are exact for the hypothesized commits of the branch
+and for the root's latest real commit (`DraftRequest.history[-1]`), the one the stale view has not
+seen yet: committing a position changes its neighbours' confidences, and the stale view does not
+show that change. Older real commits are already in the stale view and only tell the target's
+habit; they all get the age `max_age` (keeping their order helped sdar-a by 3-4% and cost 2-6% on
+every other zoo target, docs/spot.md)."""
 EXPAND = -1
-NODE_FEATURES = 9
+NODE_FEATURES = 12
 GAP_SCALE = 10.0
-"""Log-confidence gaps are clamped to -GAP_SCALE nats and divided by it."""
+"""Gaps (log-confidence, log-odds) are clamped to -GAP_SCALE and divided by it."""
+OFFSET_SCALE = 8
 
 
-def node_features(candidate: Tensor, order: Tensor, depth: Tensor) -> Tensor:
+def root_ages(root: Tensor, mask_id: int, history: tuple[int, ...], max_age: int) -> Tensor:
+    """[B] ages at the root: 0 for the latest commit, `max_age` for every other committed position."""
+    ages = torch.where(root.cpu() == mask_id, MASKED, max_age)
+    if history:
+        ages[history[-1]] = 0
+    return ages
+
+
+def commit(ages: Tensor, position: int) -> Tensor:
+    """The ages one commit (of `position`) later."""
+    out = torch.where(ages == MASKED, MASKED, ages + 1)
+    out[position] = 0
+    return out
+
+
+def _gap_to_best(score: Tensor, masked: Tensor) -> Tensor:
+    score = score.masked_fill(~masked, -math.inf)
+    gap = (score - score.max(-1, keepdim=True).values).nan_to_num(0.0).clamp_min(-GAP_SCALE)
+    return gap.masked_fill(~masked, 0.0) / GAP_SCALE
+
+
+def _offset_to(positions: Tensor, marked: Tensor) -> Tensor:
+    """Signed offset of every position from the one marked per row, 0 where no row is marked."""
+    where = marked.float().argmax(-1, keepdim=True)
+    offset = (positions - where).clamp(-OFFSET_SCALE, OFFSET_SCALE) / OFFSET_SCALE
+    return offset * marked.any(-1, keepdim=True)
+
+
+def node_features(candidate: Tensor, ages: Tensor, depth: Tensor) -> Tensor:
     """[N, B, NODE_FEATURES]: each position relative to the rest of the block at one tree node.
 
     Why relative: absolute positions and confidence levels are calibrated to the target the network
     was trained on (a position embedding learned sdar-a's own order and lost to plain confidence on
     every other zoo target, docs/spot.md); how a position ranks against the other masked ones and
-    where it sits next to what is already committed carries over. Features: log-confidence gap to
-    the best masked position (the rule's `prob` convention, column 0 of `candidate`), is-best, rank,
-    fraction of the block still masked, left / right neighbour committed (the block's left edge
-    counts as committed), leftmost masked, adjacent to and distance from this branch's last commit.
+    where it sits next to the latest commits carries over. Features: gaps to the best masked position
+    in log-confidence (the rule's convention) and in log-odds, is-best, confidence rank, fraction of
+    the block still masked, left / right neighbour committed (the block's left edge counts as
+    committed), leftmost masked, adjacent to the latest commit, signed offsets from the latest and
+    the second latest commit, and committed after the stale view was computed (age <= depth).
     """
-    masked = order == ORDER_MASKED
-    score = candidate[..., 0].masked_fill(~masked, -math.inf)
-    best = score.max(-1, keepdim=True).values
-    gap = (score - best).nan_to_num(0.0).clamp_min(-GAP_SCALE).masked_fill(~masked, 0.0)
+    masked = ages == MASKED
+    score = candidate[..., CONFIDENCE].masked_fill(~masked, -math.inf)
     rank = (score[..., None, :] > score[..., :, None]).sum(-1).clamp_max(7).masked_fill(~masked, 7)
     committed = ~masked
     left = nn.functional.pad(committed, (1, 0), value=True)[..., :-1]
     right = nn.functional.pad(committed, (0, 1), value=False)[..., 1:]
     leftmost = masked & (masked.cumsum(-1) == 1)
-    positions = torch.arange(order.shape[-1], device=order.device)
-    last = (order == (depth[:, None] + 1)).float().argmax(-1, keepdim=True)
-    distance = torch.where(depth[:, None] > 0, (positions[None] - last).abs().clamp_max(8), 8)
-    fraction = masked.float().mean(-1, keepdim=True).expand_as(gap)
-    return torch.stack([gap / GAP_SCALE, (rank == 0).float(), rank / 7, fraction, left.float(), right.float(),
-                        leftmost.float(), (distance == 1).float(), distance / 8], -1)
+    positions = torch.arange(ages.shape[-1], device=ages.device)
+    latest = _offset_to(positions, ages == 0)
+    fraction = masked.float().mean(-1, keepdim=True).expand_as(latest)
+    unseen = committed & (ages <= depth[:, None])
+    return torch.stack([
+        _gap_to_best(candidate[..., CONFIDENCE], masked), _gap_to_best(candidate[..., LOG_ODDS], masked),
+        (rank == 0).float(), rank / 7, fraction, left.float(), right.float(), leftmost.float(),
+        (latest.abs() * OFFSET_SCALE == 1).float(), latest, _offset_to(positions, ages == 1), unseen.float(),
+    ], -1)
 
 
 class SpotNet(nn.Module):
-    """Per position features + path order -> the next committed position.
+    """Per position features + commit ages -> the next committed position.
 
     No position embedding: the encoder is permutation-equivariant over the block, so the network
     runs on any block length, and where a position is comes only from its relation to committed
@@ -150,7 +205,7 @@ class SpotNet(nn.Module):
         super().__init__()
         self.config = config
         self.project = nn.Linear(STATIC_FEATURES + CANDIDATE_FEATURES + 2 + NODE_FEATURES, config.width)
-        self.order = nn.Embedding(config.max_depth + 2, config.width)
+        self.age = nn.Embedding(config.max_age + 2, config.width)
         layer = nn.TransformerEncoderLayer(
             config.width, config.heads, config.ffn, dropout=0.0, batch_first=True, norm_first=True
         )
@@ -159,17 +214,17 @@ class SpotNet(nn.Module):
         self.head = nn.Linear(config.width, 1)
         self.confidence_weight = nn.Parameter(torch.tensor(1.0))
 
-    def forward(self, static: Tensor, candidate: Tensor, order: Tensor, depth: Tensor, temperature: Tensor
+    def forward(self, static: Tensor, candidate: Tensor, ages: Tensor, depth: Tensor, temperature: Tensor
                 ) -> Tensor:
-        """static [N, B, S], candidate [N, B, C], order [N, B] (codes), depth [N], temperature [N]
+        """static [N, B, S], candidate [N, B, C], ages [N, B], depth [N], temperature [N]
         -> [N, B] log-probabilities of the next committed position (-inf where not masked)."""
-        n, size = order.shape
+        n, size = ages.shape
         scalars = torch.stack([depth.float() / self.config.max_depth, temperature.float()], -1)
-        node = node_features(candidate, order, depth)
+        node = node_features(candidate, ages, depth)
         x = torch.cat([static, candidate, scalars[:, None].expand(n, size, 2), node], -1)
-        h = self.project(x) + self.order(order.clamp_max(self.config.max_depth + 1))
+        h = self.project(x) + self.age((ages + 1).clamp_max(self.config.max_age + 1))
         logits = self.head(self.norm(self.encoder(h))).squeeze(-1) + self.confidence_weight * node[..., 0] * GAP_SCALE
-        return logits.masked_fill(order != ORDER_MASKED, -math.inf).log_softmax(-1)
+        return logits.masked_fill(ages != MASKED, -math.inf).log_softmax(-1)
 
 
 def save_spot(net: SpotNet, folder: Path, provenance: dict) -> None:
@@ -219,17 +274,16 @@ class SpotProposer:
         # for a drafted node whose children are not scored yet: the network runs only when that entry
         # is popped (its children cannot score higher), so leaves of the final tree cost no call.
         frontier: list[tuple[float, int, int, int, int]] = [(0.0, 0, 0, 0, EXPAND)]
-        orders = {0: torch.where(request.root.cpu() == mask_id, ORDER_MASKED, ORDER_BEFORE_ROOT)}
+        ages = {0: root_ages(request.root, mask_id, request.history, self.net.config.max_age)}
         nodes: list[DraftNode] = []
         counter = 0
         while frontier and len(nodes) < budget:
             neg_logp, _, parent, depth, position = heapq.heappop(frontier)
             if position == EXPAND:
-                order = orders[parent]
-                left = int((order == ORDER_MASKED).sum())
+                left = int((ages[parent] == MASKED).sum())
                 if left <= 1:
                     continue  # the only child would complete the block: the verifier's bonus commit
-                scores = self.net(static, at_depth(depth)[1][None], order[None], torch.tensor([depth]),
+                scores = self.net(static, at_depth(depth)[1][None], ages[parent][None], torch.tensor([depth]),
                                   torch.tensor([request.temperature]))[0]
                 best = scores.topk(min(left, budget - len(nodes)))
                 for value, child in zip(best.values.tolist(), best.indices.tolist()):
@@ -238,9 +292,7 @@ class SpotProposer:
                 continue
             token = int(at_depth(depth)[0][position])
             nodes.append(DraftNode(parent, Transition((position,), (token,))))
-            order = orders[parent].clone()
-            order[position] = 2 + depth
-            orders[len(nodes)] = order
+            ages[len(nodes)] = commit(ages[parent], position)
             counter += 1
             heapq.heappush(frontier, (neg_logp, counter, len(nodes), depth + 1, EXPAND))
         return DraftTree(tuple(nodes))

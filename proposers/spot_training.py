@@ -27,11 +27,11 @@ from harness.results import git_revision
 from harness.targets.target import DLMTarget
 from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
 from proposers.spot import (
-    ORDER_BEFORE_ROOT,
-    ORDER_MASKED,
     SpotConfig,
     SpotNet,
     candidates,
+    commit,
+    root_ages,
     save_spot,
     static_features,
 )
@@ -78,8 +78,8 @@ class Views:
     """[examples] the view each example reads."""
     candidate: Tensor
     """[examples, B, C] candidate features at the example's depth."""
-    order: Tensor
-    """[examples, B] order codes (see proposers.spot)."""
+    ages: Tensor
+    """[examples, B] commit ages at the example's node (see proposers.spot)."""
     depth: Tensor
     label: Tensor
     """[examples] the position the target commits next."""
@@ -92,7 +92,7 @@ class Views:
             "static": torch.cat([p.static for p in parts]),
             "view": torch.cat([p.view + offsets[i] for i, p in enumerate(parts)]),
             "candidate": torch.cat([p.candidate for p in parts]),
-            "order": torch.cat([p.order for p in parts]),
+            "ages": torch.cat([p.ages for p in parts]),
             "depth": torch.cat([p.depth for p in parts]),
             "label": torch.cat([p.label for p in parts]),
             "temperature": torch.cat([torch.full((p.label.numel(),), p.temperature) for p in parts]),
@@ -101,7 +101,7 @@ class Views:
 
 @torch.no_grad()
 def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_length: int,
-            temperature: float, seed: int, max_depth: int) -> tuple[Views, list[int]]:
+            temperature: float, seed: int, config: SpotConfig) -> tuple[Views, list[int]]:
     """Plain top1 decoding of one prompt; returns its examples and the committed positions."""
     rule = parse_rule("top1", target.family, target.mask_id)
     session = target.start(prompt_ids, gen_length, block_length)
@@ -130,23 +130,24 @@ def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_len
         session.finish_block(state)
         if bool((state == target.eos_id).any()):
             break
-    view_ids, cands, orders, depths, labels = [], [], [], [], []
+    view_ids, cands, ages_list, depths, labels = [], [], [], [], []
     for view, logits, root_commits, root_step, block in pending:
         fixed = None
-        for depth in range(min(max_depth, size - root_commits - 1)):
+        for depth in range(min(config.max_depth, size - root_commits - 1)):
             if fixed is None or noise:
                 fixed = candidates(logits, noise(root_step + depth) if noise else None, temperature, rule)[1]
-            order = torch.full((size,), ORDER_MASKED, dtype=torch.long)
-            order[block[:root_commits]] = ORDER_BEFORE_ROOT
-            for k, position in enumerate(block[root_commits : root_commits + depth]):
-                order[position] = 2 + k
+            root = torch.zeros(size, dtype=torch.long)  # 0 stands for the mask here
+            root[block[:root_commits]] = 1
+            ages = root_ages(root, 0, tuple(block[:root_commits]), config.max_age)
+            for position in block[root_commits : root_commits + depth]:
+                ages = commit(ages, position)
             view_ids.append(view)
             cands.append(fixed)
-            orders.append(order)
+            ages_list.append(ages)
             depths.append(depth)
             labels.append(block[root_commits + depth])
     views = Views(torch.stack(statics), torch.tensor(view_ids), torch.stack(cands),
-                  torch.stack(orders).to(torch.int8), torch.tensor(depths), torch.tensor(labels), temperature)
+                  torch.stack(ages_list).to(torch.int8), torch.tensor(depths), torch.tensor(labels), temperature)
     return views, positions
 
 
@@ -155,7 +156,7 @@ def collect_all(recipe: SpotRecipe, target: DLMTarget) -> tuple[list[Views], lis
     from tasks.base import prompt_ids
     from tasks.registry import get_task
 
-    max_depth = SpotConfig(**recipe.model).max_depth
+    config = SpotConfig(**recipe.model)
     parts, sources = [], []
     jobs = []
     for name, limit in recipe.tasks.items():
@@ -165,7 +166,7 @@ def collect_all(recipe: SpotRecipe, target: DLMTarget) -> tuple[list[Views], lis
             jobs.extend((f"{name}/train/{index}", ids, t) for t in recipe.temperatures)
     for number, (source, ids, temperature) in enumerate(tqdm(jobs, desc="collect", unit="gen")):
         views, _ = collect(target, ids, recipe.gen_length, recipe.block_length, temperature,
-                           recipe.seed + number, max_depth)
+                           recipe.seed + number, config)
         parts.append(views)
         sources.append(f"{source}@T={temperature:g}")
     return parts, sources
@@ -173,7 +174,7 @@ def collect_all(recipe: SpotRecipe, target: DLMTarget) -> tuple[list[Views], lis
 
 def batch_loss(net: SpotNet, data: dict[str, Tensor], index: Tensor) -> tuple[Tensor, Tensor]:
     """Mean NLL of the next committed position, and the number predicted right (argmax)."""
-    logp = net(data["static"][data["view"][index]], data["candidate"][index], data["order"][index].long(),
+    logp = net(data["static"][data["view"][index]], data["candidate"][index], data["ages"][index].long(),
                data["depth"][index], data["temperature"][index])
     label = data["label"][index]
     return -logp.gather(1, label[:, None]).mean(), (logp.argmax(1) == label).sum()

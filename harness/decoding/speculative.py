@@ -36,13 +36,15 @@ def speculative_decode(
     pass_commits: list[int] = []
     state = torch.full((size,), mask_id, dtype=torch.long)
     stale: Tensor | None = None
+    block_start = 0
     start = time.perf_counter()
     while True:
         root_step = len(steps)
         if noise:
             noise.forget_before(root_step)
         before = time.perf_counter()
-        draft = proposer.propose(DraftRequest(stale, state, root_step, noise, rule, temperature, budget))
+        history = tuple(p for t in steps[block_start:] for p in t.positions)
+        draft = proposer.propose(DraftRequest(stale, state, root_step, noise, rule, temperature, budget, history))
         metrics.proposer_s += time.perf_counter() - before
         tree = prepare(draft, state, mask_id, budget)
         before = time.perf_counter()
@@ -69,6 +71,7 @@ def speculative_decode(
                 break
             stale = None if logits.following is None else logits.following[row]
             state = torch.full((size,), mask_id, dtype=torch.long)
+            block_start = len(steps)
         else:
             stale = logits.current[row]
     metrics.wall_s = time.perf_counter() - start

@@ -54,6 +54,9 @@ class DraftRequest:
     temperature: float
     budget: int
     """Most draft nodes the pass will evaluate; extra nodes are dropped."""
+    history: tuple[int, ...] = ()
+    """The positions of this block committed so far, oldest first: the target's own recent order,
+    which a proposer may read to adapt to the target it runs on."""
 
 
 class Proposer(Protocol):

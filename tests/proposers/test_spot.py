@@ -19,14 +19,16 @@ from proposers.confidence import ConfidenceProposer
 from proposers.spot import (
     CONFIG_FILE,
     GAP_SCALE,
-    ORDER_BEFORE_ROOT,
-    ORDER_MASKED,
+    MASKED,
     SpotConfig,
     SpotNet,
     SpotProposer,
     candidates,
+    commit,
     load_spot,
+    log_odds,
     node_features,
+    root_ages,
     save_spot,
     static_features,
 )
@@ -91,23 +93,47 @@ def test_tree_is_best_first_within_budget_with_the_rules_candidates(temperature,
     assert tree.nodes[0].parent == 0  # the most likely first commit comes first
 
 
+def test_log_odds_tells_near_certain_positions_apart():
+    logp = torch.tensor([[0.995, 0.005], [0.994, 0.006], [0.5, 0.5]]).double().log()
+    odds = log_odds(logp, torch.tensor([0, 0, 1]))
+    assert torch.allclose(odds, torch.tensor([0.995 / 0.005, 0.994 / 0.006, 1.0]).double().log())
+    assert float(odds[0] - odds[1]) > 0.15 > 100 * float(logp[0, 0] - logp[1, 0])
+
+
+def test_ages_date_the_latest_real_commit_then_the_branch():
+    root = torch.tensor([0, 9, 9, 0, 0, 9])  # mask id 0; positions 1, 2, 5 committed
+    ages = root_ages(root, 0, (5, 1, 2), max_age=16)
+    assert ages.tolist() == [MASKED, 16, 0, MASKED, MASKED, 16]  # only the latest real commit is dated
+    assert commit(ages, 3).tolist() == [MASKED, 17, 1, 0, MASKED, 17]
+    assert commit(commit(ages, 3), 0).tolist() == [0, 18, 2, 1, MASKED, 18]
+    assert root_ages(root, 0, (), max_age=16).tolist() == [MASKED, 16, 16, MASKED, MASKED, 16]
+
+
 def test_node_features_by_hand():
-    # block of 6: position 1 committed before the root, position 3 committed at path depth 0
-    order = torch.tensor([[ORDER_MASKED, ORDER_BEFORE_ROOT, ORDER_MASKED, 2, ORDER_MASKED, ORDER_MASKED]])
+    # block of 6: position 1 committed before the root (age 1), position 3 on the branch (age 0)
+    ages = torch.tensor([[MASKED, 1, MASKED, 0, MASKED, MASKED]])
     confidence = torch.tensor([[-0.5, 0.0, -0.1, 0.0, -3.0, -20.0]])
-    candidate = torch.stack([confidence, confidence, confidence, torch.ones_like(confidence)], -1)
-    f = node_features(candidate, order, torch.tensor([1]))[0]
-    gap, best, rank, fraction, left, right, leftmost, adjacent, distance = f.unbind(-1)
+    odds = torch.tensor([[0.0, 5.0, 2.0, 5.0, -3.0, -25.0]])
+    candidate = torch.stack([confidence, confidence, confidence, odds, torch.ones_like(confidence)], -1)
+    f = node_features(candidate, ages, torch.tensor([1]))[0]
+    gap, odds_gap, best, rank, fraction, left, right, leftmost, adjacent, latest, second, unseen = f.unbind(-1)
     masked = [0, 2, 4, 5]
     assert torch.allclose(gap[masked] * GAP_SCALE, torch.tensor([-0.4, 0.0, -2.9, -GAP_SCALE]))
+    assert torch.allclose(odds_gap[masked] * GAP_SCALE, torch.tensor([-2.0, 0.0, -5.0, -GAP_SCALE]))
+    assert gap[[1, 3]].tolist() == [0, 0] and odds_gap[[1, 3]].tolist() == [0, 0]
     assert best.tolist() == [0, 0, 1, 0, 0, 0]
     assert (rank[masked] * 7).round().tolist() == [1, 0, 2, 3]
     assert torch.allclose(fraction, torch.full((6,), 4 / 6))
     assert left.tolist() == [1, 0, 1, 0, 1, 0] and right.tolist() == [1, 0, 1, 0, 0, 0]
     assert leftmost.tolist() == [1, 0, 0, 0, 0, 0]
-    assert adjacent.tolist() == [0, 0, 1, 0, 1, 0] and (distance * 8).round().tolist() == [3, 2, 1, 0, 1, 2]
-    at_root = node_features(candidate, order, torch.tensor([0]))[0]
-    assert at_root[:, 7].sum() == 0 and bool((at_root[:, 8] == 1).all())  # no path commit yet
+    assert adjacent.tolist() == [0, 0, 1, 0, 1, 0]
+    assert (latest * 8).round().tolist() == [-3, -2, -1, 0, 1, 2]
+    assert (second * 8).round().tolist() == [-1, 0, 1, 2, 3, 4]
+    assert unseen.tolist() == [0, 1, 0, 1, 0, 0]  # both commits are newer than a view one pass deep
+    at_root = node_features(candidate, ages, torch.tensor([0]))[0]
+    assert at_root[:, 11].tolist() == [0, 0, 0, 1, 0, 0]
+    nothing = node_features(candidate, torch.full((1, 6), MASKED), torch.tensor([0]))[0]
+    assert nothing[:, 8:].abs().sum() == 0  # no commit yet: no offsets
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -120,17 +146,16 @@ def test_with_a_silent_head_spot_ranks_like_the_rule(temperature):
     torch.nn.init.zeros_(net.head.bias)
     req = request(target, temperature, 5, committed=2)
     chain = ConfidenceProposer().propose(req)
-    order = torch.where(req.root == target.mask_id, ORDER_MASKED, ORDER_BEFORE_ROOT)
+    ages = root_ages(req.root, target.mask_id, req.history, net.config.max_age)
     static = static_features(req.stale)[None]
     for depth, node in enumerate(chain.nodes):
         noise = req.noise(req.step + depth) if req.noise else None
         features = candidates(req.stale, noise, temperature, req.rule)[1][None]
         with torch.no_grad():
-            logp = net(static, features, order[None], torch.tensor([depth]), torch.tensor([temperature]))[0]
+            logp = net(static, features, ages[None], torch.tensor([depth]), torch.tensor([temperature]))[0]
         (position,) = node.transition.positions
         assert int(logp.argmax()) == position
-        order = order.clone()
-        order[position] = 2 + depth
+        ages = commit(ages, position)
     assert len(chain.nodes) == 5
 
 
@@ -147,9 +172,11 @@ def test_threshold_rules_and_non_probability_confidence_fall_back_to_the_confide
 def test_the_network_runs_on_any_block_length():
     net = random_net()
     for size in (4, 32, 96):
-        order = torch.zeros(2, size, dtype=torch.long)
-        logp = net(torch.rand(2, size, 11), torch.rand(2, size, 4), order, torch.tensor([0, 3]), torch.zeros(2))
+        ages = torch.full((2, size), MASKED)
+        ages[1, 0] = 0
+        logp = net(torch.rand(2, size, 11), torch.rand(2, size, 5), ages, torch.tensor([0, 3]), torch.zeros(2))
         assert logp.shape == (2, size) and torch.allclose(logp.exp().sum(-1), torch.ones(2))
+        assert logp[1, 0] == -torch.inf
 
 
 def test_no_stale_view_no_draft_and_a_full_block_is_not_drafted():

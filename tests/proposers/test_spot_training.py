@@ -9,7 +9,7 @@ import pytest
 
 from harness.decoding import DecodeConfig, parse_rule, plain_decode
 from harness.targets.registry import load_target
-from proposers.spot import ORDER_BEFORE_ROOT, ORDER_MASKED, WEIGHTS_FILE, CONFIG_FILE, load_spot
+from proposers.spot import CONFIG_FILE, MASKED, WEIGHTS_FILE, SpotConfig, load_spot
 from proposers.spot_training import SpotRecipe, collect, train
 
 PROMPT = list(b"Q: 2+2=?\nA:")
@@ -19,18 +19,19 @@ PROMPT = list(b"Q: 2+2=?\nA:")
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_collected_trajectory_is_plain_decoding_and_examples_are_consistent(family, temperature):
     target = load_target(f"tiny-random:{family}")
-    views, positions = collect(target, PROMPT, 16, 8, temperature, 4, max_depth=5)
+    views, positions = collect(target, PROMPT, 16, 8, temperature, 4, SpotConfig(max_depth=5))
     cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, temperature, 4)
     assert positions == [t.positions[0] for t in plain_decode(target, PROMPT, cfg).steps]
     blocks = [positions[:8], positions[8:]]
-    for order, depth, label in zip(views.order.long(), views.depth.tolist(), views.label.tolist()):
-        before = sorted((order == ORDER_BEFORE_ROOT).nonzero().squeeze(1).tolist())
-        path = [int((order == 2 + k).nonzero()) for k in range(depth)]
-        assert int((order > ORDER_BEFORE_ROOT).sum()) == depth
-        # some block's true order: the commits before the root, then the path, then the label
-        assert any(sorted(b[: len(before)]) == before and b[len(before) : len(before) + depth + 1] == path + [label]
-                   for b in blocks)
-    block_start = (views.order == ORDER_MASKED).all(1) & (views.depth == 0)
+    for ages, depth, label in zip(views.ages.long(), views.depth.tolist(), views.label.tolist()):
+        made = int((ages != MASKED).sum())
+        recent = [int((ages == k).nonzero()) for k in range(min(made, depth + 1))][::-1]
+        assert made >= depth and int(((ages >= 0) & (ages <= depth)).sum()) == len(recent)
+        # some block's true order: the commits so far, the latest of them (the root's last and the
+        # path) in order, then the label
+        assert any(sorted(b[:made]) == sorted((ages != MASKED).nonzero().squeeze(1).tolist())
+                   and b[made - len(recent) : made + 1] == recent + [label] for b in blocks)
+    block_start = (views.ages == MASKED).all(1) & (views.depth == 0)
     # full attention hands the next block's logits over as a stale view with nothing committed
     assert bool(block_start.any()) == (not target.family.caches_finished_blocks)
     assert 0 <= int(views.view.max()) < views.static.shape[0]

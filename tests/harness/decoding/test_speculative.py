@@ -159,6 +159,32 @@ def test_stale_view_across_block_boundaries(family):
         state = spec.steps[step].apply(state)
 
 
+class RecordingChain(Recorder):
+    """Drafts the confidence chain, so passes commit several transitions; remembers the requests."""
+
+    def propose(self, request):
+        self.requests.append(request)
+        return build_proposer("confidence", None, None).propose(request)
+
+
+@pytest.mark.parametrize("family", ["llada", "sdar"])
+@pytest.mark.parametrize("kind", ["top1", "threshold"])
+def test_history_is_the_blocks_commit_order_so_far(family, kind):
+    target = exact_target(family)
+    recorder = RecordingChain()
+    cfg = config(family, kind, 1.0, 0, (16, 8))
+    spec = speculative_decode(target, PROMPTS[0], recorder, cfg, 4)
+    expected, block = {}, []
+    for step, transition in enumerate(spec.steps):
+        expected[step] = tuple(block)
+        block = [] if len(block) + len(transition.positions) == 8 else block + list(transition.positions)
+    assert max(spec.pass_commits) > 1 and len(recorder.requests) == len(spec.pass_commits)
+    for request in recorder.requests:
+        assert request.history == expected[request.step]
+        committed = (request.root != target.mask_id).nonzero().squeeze(1).tolist()
+        assert sorted(request.history) == committed
+
+
 @pytest.mark.parametrize("family", ["llada", "sdar"])
 def test_generation_stops_after_the_first_block_with_an_eos(family):
     base = exact_target(family)
