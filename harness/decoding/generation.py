@@ -46,6 +46,10 @@ class Generation:
     """Plain decoding: per step, how close the target's decision was (forensics)."""
     metrics: Metrics
     eos_id: int
+    pass_logits: list[Tensor] | None = None
+    """Plain decoding with `keep_logits`: [s] the target's logits [B, V] for the state before step s."""
+    following: list[Tensor | None] | None = None
+    """... and per finished block, the logits its last pass gave the next block (full attention)."""
 
     @property
     def answer_ids(self) -> list[int]:

@@ -25,12 +25,16 @@ from harness.decoding.rules import StepRecord, Transition, greedy_tokens
 from harness.targets.target import DLMTarget
 
 
-def plain_decode(target: DLMTarget, prompt_ids: list[int] | Tensor, config: DecodeConfig) -> Generation:
+def plain_decode(target: DLMTarget, prompt_ids: list[int] | Tensor, config: DecodeConfig,
+                 keep_logits: bool = False) -> Generation:
+    """`keep_logits` also returns every pass's logits, which is what `replay` needs."""
     rule, temperature, size = config.rule, config.temperature, config.block_length
     session = target.start(prompt_ids, config.gen_length, size)
     metrics = Metrics()
     steps: list[Transition] = []
     records: list[StepRecord] = []
+    pass_logits: list[Tensor] = []
+    following_logits: list[Tensor | None] = []
     stale_tokens: Tensor | None = None
     start = time.perf_counter()
     for _ in range(session.num_blocks):
@@ -54,11 +58,16 @@ def plain_decode(target: DLMTarget, prompt_ids: list[int] | Tensor, config: Deco
             left -= len(transition.positions)
             steps.append(transition)
             records.append(record)
+            if keep_logits:
+                pass_logits.append(logits.cpu())
         following = output.following
+        if keep_logits:
+            following_logits.append(None if following is None else following[0].cpu())
         stale_tokens = None if following is None else greedy_tokens(following[0], target.mask_id)
         session.finish_block(state)
         if bool((state == target.eos_id).any()):
             break
     metrics.wall_s = time.perf_counter() - start
     metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(steps)
-    return Generation(session.answer(), steps, [1] * len(steps), records, metrics, target.eos_id)
+    kept = (pass_logits, following_logits) if keep_logits else (None, None)
+    return Generation(session.answer(), steps, [1] * len(steps), records, metrics, target.eos_id, *kept)

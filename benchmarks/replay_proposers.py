@@ -1,0 +1,76 @@
+"""Proposers side by side on recorded plain generations: passes saved, in seconds (a script, not a test).
+
+Each prompt is decoded plainly once with its logits kept; every proposer (registry names and SPOT
+checkpoint folders) at every budget is then scored by `harness.decoding.replay`, which gives the
+pass count speculative decoding would make without running it (exact when a state's logits do not
+depend on its batch; see that module). The table prints speedup_nfe (plain passes / speculative
+passes, summed over prompts) and, for every proposer that is not a baseline, its ratio to the best
+of `confidence` and `confidence-branch` at the same budget. Exactness and wall time need
+`spotbench transfer`; this is the quick loop for comparing checkpoints.
+
+    python benchmarks/replay_proposers.py --targets sdar-a,dream-a --tasks arith,gsm8k --limit 40 \\
+        --proposers confidence,confidence-branch,spot --checkpoints /tmp/my-spot
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.decoding import DecodeConfig, parse_rule, plain_decode
+from harness.decoding.replay import replay
+from harness.targets.registry import load_target
+from proposers import build_proposer
+from proposers.spot import SpotProposer, load_spot
+from tasks.base import prompt_ids
+from tasks.registry import get_task
+
+BASELINES = ("confidence", "confidence-branch")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default="sdar-a,dream-a,sdar-b,llada-a")
+    parser.add_argument("--tasks", default="arith,gsm8k")
+    parser.add_argument("--limit", type=int, default=40)
+    parser.add_argument("--budgets", default="4,8,16")
+    parser.add_argument("--temperatures", default="0,1")
+    parser.add_argument("--proposers", default="confidence,confidence-branch,spot")
+    parser.add_argument("--checkpoints", default="", help="comma-separated SPOT checkpoint folders")
+    parser.add_argument("--gen-length", type=int, default=64)
+    parser.add_argument("--block-length", type=int, default=32)
+    args = parser.parse_args()
+    budgets = [int(b) for b in args.budgets.split(",")]
+    names = args.proposers.split(",")
+    nets = {Path(c).name: load_spot(c) for c in args.checkpoints.split(",") if c}
+    print(f"{'target':8s} {'task':6s} {'T':>3s} {'proposer':18s} " + " ".join(f"b={b:<5d}" for b in budgets)
+          + "  vs best confidence")
+    for target_name in args.targets.split(","):
+        target = load_target(target_name)
+        rule = parse_rule("top1", target.family, target.mask_id)
+        for task_name in args.tasks.split(","):
+            task = get_task(task_name, num_fewshot=0)
+            samples = task.load("test", limit=args.limit)
+            for temperature in (float(t) for t in args.temperatures.split(",")):
+                configs = [DecodeConfig(rule, args.gen_length, args.block_length, temperature, i)
+                           for i in range(len(samples))]
+                plains = [plain_decode(target, prompt_ids(task, s, target.tokenizer), c, keep_logits=True)
+                          for s, c in zip(samples, configs)]
+                plain_nfe = sum(p.metrics.nfe for p in plains)
+                arms = {n: lambda p, n=n: build_proposer(n, target, p) for n in names}
+                arms |= {n: lambda p, net=net: SpotProposer(net) for n, net in nets.items()}
+                speedups = {
+                    arm: [plain_nfe / sum(replay(p, make(p), c, b).nfe for p, c in zip(plains, configs))
+                          for b in budgets]
+                    for arm, make in arms.items()
+                }
+                best = [max(speedups[n][i] for n in BASELINES if n in speedups) if set(BASELINES) & set(speedups)
+                        else float("nan") for i in range(len(budgets))]
+                for arm, values in speedups.items():
+                    ratio = "" if arm in BASELINES else " ".join(f"{v / b:.3f}" for v, b in zip(values, best))
+                    print(f"{target_name:8s} {task_name:6s} {temperature:3g} {arm:18s} "
+                          + " ".join(f"{v:<7.2f}" for v in values) + f"  {ratio}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Replay: the passes a proposer saves, computed from a recorded plain generation, are the ones
+speculative decoding makes, for every registered proposer, rule, temperature and geometry."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from harness.decoding import DecodeConfig, DraftTree, parse_rule, plain_decode, speculative_decode
+from harness.decoding.replay import replay
+from harness.targets.registry import load_target
+from harness.targets.target import DLMTarget
+from proposers import PROPOSERS, build_proposer
+
+PROMPT = list(b"Q: 2+2=?\nA:")
+
+
+@functools.cache
+def exact_target(family: str) -> DLMTarget:
+    return load_target(f"tiny-random:{family}").exact()
+
+
+def config(target: DLMTarget, rule: str, temperature: float, geometry: tuple[int, int]) -> DecodeConfig:
+    return DecodeConfig(parse_rule(rule, target.family, target.mask_id), geometry[0], geometry[1], temperature, 3)
+
+
+@pytest.mark.parametrize("family", ["llada", "dream", "sdar", "llada2"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("rule", ["top1", "threshold:0.02"])
+@pytest.mark.parametrize("geometry", [(16, 8), (12, 4)])
+def test_replay_counts_the_passes_of_speculative_decoding(family, temperature, rule, geometry):
+    target = exact_target(family)
+    cfg = config(target, rule, temperature, geometry)
+    plain = plain_decode(target, PROMPT, cfg, keep_logits=True)
+    assert len(plain.pass_logits) == len(plain.steps) and len(plain.following) == len(plain.tokens) // geometry[1]
+    saved_any = False
+    for name in PROPOSERS:
+        for budget in (0, 1, 5):
+            spec = speculative_decode(target, PROMPT, build_proposer(name, target, plain), cfg, budget)
+            replayed = replay(plain, build_proposer(name, target, plain), cfg, budget)
+            assert (replayed.nfe, replayed.pass_commits) == (spec.metrics.nfe, spec.pass_commits), (name, budget)
+            saved_any |= replayed.nfe < plain.metrics.nfe
+    assert saved_any
+
+
+class Off:
+    """Drafts the true next transition with a wrong token: never accepted."""
+
+    def __init__(self, plain):
+        self.steps = plain.steps
+
+    def propose(self, request):
+        truth = self.steps[request.step]
+        wrong = type(truth)(truth.positions, tuple(t + 1 for t in truth.tokens))
+        return DraftTree.chain([wrong])
+
+
+def test_a_proposer_that_is_never_right_saves_nothing_and_logits_are_required():
+    target = exact_target("llada")
+    cfg = config(target, "top1", 0.0, (16, 8))
+    plain = plain_decode(target, PROMPT, cfg, keep_logits=True)
+    assert replay(plain, Off(plain), cfg, 4).nfe == plain.metrics.nfe
+    assert replay(plain, build_proposer("oracle", target, plain), cfg, 4).nfe < plain.metrics.nfe
+    with pytest.raises(ValueError, match="keep_logits"):
+        replay(plain_decode(target, PROMPT, cfg), Off(plain), cfg, 4)
+    assert torch.equal(plain.tokens, plain_decode(target, PROMPT, cfg).tokens)
