@@ -5,27 +5,49 @@ proposes, as a chain, the next true transitions from the root step: as many as t
 short of the one that completes the block (that one is the verifier's bonus commit). Under top1 a
 pass then commits min(budget + 1, masks left in the block) transitions. It stops at a transition
 that does not apply to the root's state, which only happens after the arms have diverged.
+
+`oracle-order` (`stale_tokens=True`) drafts the same true positions with the stale view's candidate
+tokens instead of the true ones (the rule's candidate under the noise of step s + depth, as the
+confidence proposers and SPOT draft them): the ceiling of any proposer that only predicts the order.
+What separates it from the oracle is the tokens the stale view gets wrong (docs/spot.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from torch import Tensor
+
 from harness.decoding import DraftRequest, DraftTree, Transition
+from harness.decoding.rules import greedy_tokens
 
 
 class OracleProposer:
-    def __init__(self, steps: Sequence[Transition]):
+    def __init__(self, steps: Sequence[Transition], stale_tokens: bool = False):
         self.steps = steps
+        self.stale_tokens = stale_tokens
 
     def propose(self, request: DraftRequest) -> DraftTree:
         mask_id, state = request.rule.mask_id, request.root
+        if self.stale_tokens and request.stale is None:
+            return DraftTree()
         chain: list[Transition] = []
-        for transition in self.steps[request.step : request.step + request.budget]:
+        for depth, transition in enumerate(self.steps[request.step : request.step + request.budget]):
             if not all(int(state[p]) == mask_id for p in transition.positions):
                 break
+            if self.stale_tokens:
+                tokens = stale_candidates(request, depth)
+                transition = Transition(transition.positions, tuple(int(tokens[p]) for p in transition.positions))
             state = transition.apply(state)
             if not bool((state == mask_id).any()):
                 break
             chain.append(transition)
         return DraftTree.chain(chain)
+
+
+def stale_candidates(request: DraftRequest, depth: int) -> Tensor:
+    """[B] the rule's candidate token at every position of the stale view, with the noise of depth."""
+    scores = request.stale.double()
+    if request.temperature > 0:
+        scores = scores / request.temperature + request.noise(request.step + depth).to(scores.device)
+    return greedy_tokens(scores, request.rule.mask_id)

@@ -16,6 +16,7 @@ ProposerFactory = Callable[[DLMTarget, Generation], Proposer]
 
 PROPOSERS: dict[str, ProposerFactory] = {
     "oracle": lambda target, plain: OracleProposer(plain.steps),
+    "oracle-order": lambda target, plain: OracleProposer(plain.steps, stale_tokens=True),
     "confidence": lambda target, plain: ConfidenceProposer(),
     "confidence-branch": lambda target, plain: ConfidenceProposer(branch=True),
     "spot": lambda target, plain: SpotProposer(zoo_spot()),

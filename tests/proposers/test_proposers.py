@@ -91,3 +91,26 @@ def test_confidence_proposers_draft_nothing_without_a_stale_view(name):
     req = request(target, 8, 0.0)
     blind = DraftRequest(None, req.root, req.step, req.noise, req.rule, req.temperature, req.budget)
     assert build_proposer(name, target, None).propose(blind).nodes == ()
+
+
+@pytest.mark.parametrize("family", ["llada", "sdar"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_oracle_order_drafts_the_true_positions_with_the_stale_tokens(family, temperature):
+    from harness.decoding import DraftRequest, NoiseSource
+    from proposers.oracle import stale_candidates
+
+    target = exact_target(family)
+    cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, temperature, 2)
+    plain = plain_decode(target, PROMPT, cfg, keep_logits=True)
+    proposer = build_proposer("oracle-order", target, plain)
+    noise = NoiseSource(2, 8, target.vocab_size) if temperature > 0 else None
+    state = plain.steps[0].apply(torch.full((8,), target.mask_id))
+    request = DraftRequest(plain.pass_logits[0], state, 1, noise, cfg.rule, temperature, 4)
+    tree = proposer.propose(request)
+    assert [n.parent for n in tree.nodes] == [0, 1, 2, 3]
+    for depth, node in enumerate(tree.nodes):
+        truth = plain.steps[1 + depth]
+        tokens = stale_candidates(request, depth)
+        assert node.transition.positions == truth.positions
+        assert node.transition.tokens == tuple(int(tokens[p]) for p in truth.positions)
+    assert proposer.propose(DraftRequest(None, state, 1, noise, cfg.rule, temperature, 4)).nodes == ()
