@@ -125,8 +125,8 @@ latest), MASKED where i is still masked. Ages are exact for the hypothesized com
 and for the root's latest real commit (`DraftRequest.history[-1]`), the one the stale view has not
 seen yet: committing a position changes its neighbours' confidences, and the stale view does not
 show that change. Older real commits are already in the stale view and only tell the target's
-habit; they all get the age `max_age` (keeping their order helped sdar-a by 3-4% and cost 2-6% on
-every other zoo target, docs/spot.md)."""
+habit; they all get the age `max_age` (keeping their order helped sdar-a by up to 3% and cost up
+to 5% on the other zoo targets, docs/spot.md)."""
 EXPAND = -1
 NODE_FEATURES = 12
 GAP_SCALE = 10.0
