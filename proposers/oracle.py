@@ -16,10 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from torch import Tensor
-
 from harness.decoding import DraftRequest, DraftTree, Transition
-from harness.decoding.rules import greedy_tokens
+from harness.decoding.rules import candidate_tokens
 
 
 class OracleProposer:
@@ -36,7 +34,8 @@ class OracleProposer:
             if not all(int(state[p]) == mask_id for p in transition.positions):
                 break
             if self.stale_tokens:
-                tokens = stale_candidates(request, depth)
+                noise = request.noise(request.step + depth) if request.noise else None
+                tokens = candidate_tokens(request.stale, noise, request.temperature, mask_id)
                 transition = Transition(transition.positions, tuple(int(tokens[p]) for p in transition.positions))
             state = transition.apply(state)
             if not bool((state == mask_id).any()):
@@ -44,10 +43,3 @@ class OracleProposer:
             chain.append(transition)
         return DraftTree.chain(chain)
 
-
-def stale_candidates(request: DraftRequest, depth: int) -> Tensor:
-    """[B] the rule's candidate token at every position of the stale view, with the noise of depth."""
-    scores = request.stale.double()
-    if request.temperature > 0:
-        scores = scores / request.temperature + request.noise(request.step + depth).to(scores.device)
-    return greedy_tokens(scores, request.rule.mask_id)

@@ -36,7 +36,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
-from harness.decoding.rules import Rule, greedy_tokens
+from harness.decoding.rules import Rule, candidate_tokens, greedy_tokens
 from harness.targets.zoo import ZOO_DIR
 from proposers.confidence import ConfidenceProposer
 
@@ -89,14 +89,9 @@ def candidates(stale: Tensor, noise: Tensor | None, temperature: float, rule: Ru
         raise ValueError(f"SPOT features need a probability confidence, not {rule.confidence!r}")
     x = stale.double()
     greedy = greedy_tokens(x, rule.mask_id)
+    tokens = candidate_tokens(x, noise, temperature, rule.mask_id)
     plain_logp = x.log_softmax(-1)
-    if temperature > 0:
-        if noise is None:
-            raise ValueError("sampling at T>0 needs Gumbel noise")
-        tokens = greedy_tokens(x / temperature + noise.to(x.device), rule.mask_id)
-        tempered_logp = (x / temperature).log_softmax(-1)
-    else:
-        tokens, tempered_logp = greedy, plain_logp
+    tempered_logp = (x / temperature).log_softmax(-1) if temperature > 0 else plain_logp
     plain = plain_logp.gather(-1, tokens[:, None]).squeeze(1)
     tempered = tempered_logp.gather(-1, tokens[:, None]).squeeze(1)
     confidence_logp = plain_logp if rule.confidence == "prob" else tempered_logp

@@ -54,6 +54,22 @@ def greedy_tokens(logits: Tensor, mask_id: int) -> Tensor:
     return logits.index_fill(-1, torch.tensor([mask_id], device=logits.device), -math.inf).argmax(-1)
 
 
+def candidate_scores(logits: Tensor, noise: Tensor | None, temperature: float) -> Tensor:
+    """[B, V] float64 scores whose argmax (mask excluded) is the candidate: logit/T + G, or logit at T=0."""
+    x = logits.double()
+    if temperature <= 0:
+        return x
+    if noise is None:
+        raise ValueError("sampling at T>0 needs Gumbel noise")
+    return x / temperature + noise.to(x.device)
+
+
+def candidate_tokens(logits: Tensor, noise: Tensor | None, temperature: float, mask_id: int) -> Tensor:
+    """[B] the rule's candidate token at every position (what a rule commits where it commits, and
+    what proposers draft from a stale view)."""
+    return greedy_tokens(candidate_scores(logits, noise, temperature), mask_id)
+
+
 @dataclass(frozen=True)
 class StepRecord:
     """How close the rule's decision was at one step: forensics for divergences.
@@ -109,14 +125,9 @@ class Rule:
         if masked.numel() == 0:
             raise ValueError("a commit rule needs at least one masked position")
         x = logits[masked].double()
-        if temperature > 0:
-            if noise is None:
-                raise ValueError("sampling at T>0 needs Gumbel noise")
-            scores = x / temperature + noise[masked.cpu()].to(x.device)
-            tempered = x / temperature
-        else:
-            scores = tempered = x
-        tokens = scores.index_fill(-1, self._mask_index(scores.device), -math.inf).argmax(-1)
+        scores = candidate_scores(x, None if noise is None else noise[masked.cpu()], temperature)
+        tempered = x / temperature if temperature > 0 else x
+        tokens = greedy_tokens(scores, self.mask_id)
         if self.confidence == "prob":
             confidence = x.log_softmax(-1).gather(-1, tokens[:, None]).squeeze(1).exp()
         elif self.confidence == "tempered_prob":
@@ -128,9 +139,6 @@ class Rule:
             probs = tempered.softmax(-1)
             confidence = torch.special.xlogy(probs, probs).sum(-1)
         return masked, tokens, confidence, scores
-
-    def _mask_index(self, device: torch.device) -> Tensor:
-        return torch.tensor([self.mask_id], device=device)
 
     def _select(self, confidence: Tensor) -> Tensor:
         """Indices (into the masked positions, increasing) of the positions to commit."""

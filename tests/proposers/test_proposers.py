@@ -97,7 +97,7 @@ def test_confidence_proposers_draft_nothing_without_a_stale_view(name):
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_oracle_order_drafts_the_true_positions_with_the_stale_tokens(family, temperature):
     from harness.decoding import DraftRequest, NoiseSource
-    from proposers.oracle import stale_candidates
+    from harness.decoding.rules import candidate_tokens
 
     target = exact_target(family)
     cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, temperature, 2)
@@ -110,7 +110,7 @@ def test_oracle_order_drafts_the_true_positions_with_the_stale_tokens(family, te
     assert [n.parent for n in tree.nodes] == [0, 1, 2, 3]
     for depth, node in enumerate(tree.nodes):
         truth = plain.steps[1 + depth]
-        tokens = stale_candidates(request, depth)
+        tokens = candidate_tokens(request.stale, noise(1 + depth) if noise else None, temperature, target.mask_id)
         assert node.transition.positions == truth.positions
         assert node.transition.tokens == tuple(int(tokens[p]) for p in truth.positions)
     assert proposer.propose(DraftRequest(None, state, 1, noise, cfg.rule, temperature, 4)).nodes == ()
