@@ -64,8 +64,8 @@ def main() -> None:
                           for b in budgets]
                     for arm, make in arms.items()
                 }
-                best = [max(speedups[n][i] for n in BASELINES if n in speedups) if set(BASELINES) & set(speedups)
-                        else float("nan") for i in range(len(budgets))]
+                baselines = [speedups[n] for n in BASELINES if n in speedups]
+                best = [max((values[i] for values in baselines), default=float("nan")) for i in range(len(budgets))]
                 for arm, values in speedups.items():
                     ratio = "" if arm in BASELINES else " ".join(f"{v / b:.3f}" for v, b in zip(values, best))
                     print(f"{target_name:8s} {task_name:6s} {temperature:3g} {arm:18s} "

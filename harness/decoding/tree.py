@@ -55,8 +55,8 @@ class DraftRequest:
     budget: int
     """Most draft nodes the pass will evaluate; extra nodes are dropped."""
     history: tuple[int, ...] = ()
-    """The positions of this block committed so far, oldest first: the target's own recent order,
-    which a proposer may read to adapt to the target it runs on."""
+    """The positions of this block committed so far, oldest first. The stale view is one commit old,
+    so `history[-1]` is a commit it has not seen (SPOT reads that one)."""
 
 
 class Proposer(Protocol):
