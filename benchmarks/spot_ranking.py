@@ -43,7 +43,7 @@ def rankings(net: SpotNet, data: dict) -> tuple[torch.Tensor, torch.Tensor, torc
     top1, top3 = [], []
     for start in range(0, data["label"].numel(), 2048):
         index = torch.arange(start, min(data["label"].numel(), start + 2048))
-        logp = net(data["static"][data["view"][index]], data["candidate"][index], data["ages"][index].long(),
+        logp, _ = net(data["static"][data["view"][index]], data["candidate"][index], data["ages"][index].long(),
                    data["depth"][index], data["temperature"][index])
         top1.append(logp.argmax(1))
         top3.append(logp.topk(3, 1).indices)

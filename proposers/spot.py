@@ -36,16 +36,19 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
-from harness.decoding.rules import Rule, candidate_tokens, greedy_tokens
+from harness.decoding.rules import Rule, candidate_scores, greedy_tokens
 from harness.targets.zoo import ZOO_DIR
 from proposers.confidence import ConfidenceProposer
 
 TOP_K = 8
 STATIC_FEATURES = TOP_K + 3
 """Per position, independent of depth: top-k probabilities, entropy, margin, log top-1 probability."""
-CANDIDATE_FEATURES = 5
+CANDIDATE_FEATURES = 6
 """Per position and depth: the candidate's log-confidence by the rule's convention, its untempered and
-tempered log-probabilities, the log-odds of its confidence, and whether it equals the greedy token."""
+tempered log-probabilities, the log-odds of its confidence, whether it equals the greedy token, and
+its score margin over the runner-up (how far the target's logits must move to change the token)."""
+TOP, RUNNER_UP, NEITHER = 0, 1, 2
+"""What the target commits at a position, against the stale view's candidates there (token head)."""
 CONFIDENCE, LOG_ODDS = 0, 3
 """Columns of the candidate features that `node_features` compares across positions."""
 LOG_FLOOR = -30.0
@@ -79,27 +82,58 @@ def log_odds(logp: Tensor, tokens: Tensor) -> Tensor:
     return chosen - rest
 
 
-def candidates(stale: Tensor, noise: Tensor | None, temperature: float, rule: Rule) -> tuple[Tensor, Tensor]:
-    """The rule's candidate token at every position at one depth, and its features [B, 5].
+@dataclass(frozen=True)
+class StaleView:
+    """The depth-independent parts of a stale view (float64), computed once per draft."""
+
+    logits: Tensor
+    plain_logp: Tensor
+    tempered_logp: Tensor
+    greedy: Tensor
+
+    @staticmethod
+    def of(stale: Tensor, temperature: float, mask_id: int) -> StaleView:
+        x = stale.double()
+        plain_logp = x.log_softmax(-1)
+        tempered_logp = (x / temperature).log_softmax(-1) if temperature > 0 else plain_logp
+        return StaleView(x, plain_logp, tempered_logp, greedy_tokens(x, mask_id))
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The stale view's tokens at every position for one depth's noise, and their features."""
+
+    tokens: Tensor
+    """[B] the rule's candidate: what the target commits wherever the stale view is still right."""
+    runner_up: Tensor
+    """[B] the second best under the same scores: the token the target commits where a small change
+    of its logits flips the candidate."""
+    features: Tensor
+    """[B, CANDIDATE_FEATURES] float32."""
+
+
+def candidates(view: StaleView, noise: Tensor | None, temperature: float, rule: Rule) -> Candidates:
+    """The rule's candidate and runner-up at every position at one depth, and the candidate's features.
 
     Same candidate as `harness.decoding.rules` (float64, mask excluded, ties to the lowest id), so a
     drafted token is the one the target commits whenever the stale view is still right there.
     """
     if rule.confidence not in SUPPORTED_CONFIDENCE:
         raise ValueError(f"SPOT features need a probability confidence, not {rule.confidence!r}")
-    x = stale.double()
-    greedy = greedy_tokens(x, rule.mask_id)
-    tokens = candidate_tokens(x, noise, temperature, rule.mask_id)
-    plain_logp = x.log_softmax(-1)
-    tempered_logp = (x / temperature).log_softmax(-1) if temperature > 0 else plain_logp
-    plain = plain_logp.gather(-1, tokens[:, None]).squeeze(1)
-    tempered = tempered_logp.gather(-1, tokens[:, None]).squeeze(1)
-    confidence_logp = plain_logp if rule.confidence == "prob" else tempered_logp
+    scores = candidate_scores(view.logits, noise, temperature)
+    tokens = greedy_tokens(scores, rule.mask_id)
+    runner_up = greedy_tokens(scores.scatter(-1, tokens[:, None], -math.inf), rule.mask_id)
+    margin = (scores.gather(-1, tokens[:, None]) - scores.gather(-1, runner_up[:, None])).squeeze(1)
+    plain = view.plain_logp.gather(-1, tokens[:, None]).squeeze(1)
+    tempered = view.tempered_logp.gather(-1, tokens[:, None]).squeeze(1)
+    confidence_logp = view.plain_logp if rule.confidence == "prob" else view.tempered_logp
     confidence = confidence_logp.gather(-1, tokens[:, None]).squeeze(1)
-    odds = log_odds(confidence_logp, tokens).clamp(LOG_FLOOR, -LOG_FLOOR)
-    features = torch.stack([confidence, plain, tempered], -1).clamp_min(LOG_FLOOR)
-    features = torch.cat([features, odds[:, None], (tokens == greedy).double()[:, None]], -1)
-    return tokens.cpu(), features.float().cpu()
+    odds = log_odds(confidence_logp, tokens)
+    features = torch.stack([
+        confidence.clamp_min(LOG_FLOOR), plain.clamp_min(LOG_FLOOR), tempered.clamp_min(LOG_FLOOR),
+        odds.clamp(LOG_FLOOR, -LOG_FLOOR), (tokens == view.greedy).double(), margin.clamp_max(-LOG_FLOOR),
+    ], -1)
+    return Candidates(tokens.cpu(), runner_up.cpu(), features.float().cpu())
 
 
 @dataclass(frozen=True)
@@ -188,13 +222,17 @@ def node_features(candidate: Tensor, ages: Tensor, depth: Tensor) -> Tensor:
 
 
 class SpotNet(nn.Module):
-    """Per position features + commit ages -> the next committed position.
+    """Per position features + commit ages -> the next committed position and, per position, which
+    stale candidate the target commits there if it commits it next (TOP, RUNNER_UP or NEITHER).
 
     No position embedding: the encoder is permutation-equivariant over the block, so the network
     runs on any block length, and where a position is comes only from its relation to committed
-    ones (`node_features`). The output adds the network's score to the log-confidence gap
+    ones (`node_features`). The position output adds the network's score to the log-confidence gap
     (`confidence_weight`, starts at 1): an untrained network ranks like the confidence proposer
-    and training learns the correction.
+    and training learns the correction. The token head is what makes a path's probability the
+    probability that the verifier walks it: the stale token goes wrong with depth (at T=1 on GSM8K
+    one committed position in eight is not the one-pass-old candidate), and where it does the
+    runner-up is often right.
     """
 
     def __init__(self, config: SpotConfig):
@@ -208,19 +246,23 @@ class SpotNet(nn.Module):
         self.encoder = nn.TransformerEncoder(layer, config.layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(config.width)
         self.head = nn.Linear(config.width, 1)
+        self.token_head = nn.Linear(config.width, 3)
         self.confidence_weight = nn.Parameter(torch.tensor(1.0))
 
     def forward(self, static: Tensor, candidate: Tensor, ages: Tensor, depth: Tensor, temperature: Tensor
-                ) -> Tensor:
+                ) -> tuple[Tensor, Tensor]:
         """static [N, B, S], candidate [N, B, C], ages [N, B], depth [N], temperature [N]
-        -> [N, B] log-probabilities of the next committed position (-inf where not masked)."""
+        -> [N, B] log-probabilities of the next committed position (-inf where not masked), and
+        [N, B, 3] log-probabilities of TOP / RUNNER_UP / NEITHER at each position."""
         n, size = ages.shape
         scalars = torch.stack([depth.float() / self.config.max_depth, temperature.float()], -1)
         node = node_features(candidate, ages, depth)
         x = torch.cat([static, candidate, scalars[:, None].expand(n, size, 2), node], -1)
         h = self.project(x) + self.age((ages + 1).clamp_max(self.config.max_age + 1))
-        logits = self.head(self.norm(self.encoder(h))).squeeze(-1) + self.confidence_weight * node[..., 0] * GAP_SCALE
-        return logits.masked_fill(ages != MASKED, -math.inf).log_softmax(-1)
+        h = self.norm(self.encoder(h))
+        logits = self.head(h).squeeze(-1) + self.confidence_weight * node[..., 0] * GAP_SCALE
+        position = logits.masked_fill(ages != MASKED, -math.inf).log_softmax(-1)
+        return position, self.token_head(h).log_softmax(-1)
 
 
 def save_spot(net: SpotNet, folder: Path, provenance: dict) -> None:
@@ -255,40 +297,46 @@ class SpotProposer:
             return DraftTree()
         if request.rule.name != "top1" or request.rule.confidence not in SUPPORTED_CONFIDENCE:
             return self.fallback.propose(request)
-        mask_id, stale, budget = request.rule.mask_id, request.stale, request.budget
-        static = static_features(stale).cpu()[None]
-        per_depth: dict[int, tuple[Tensor, Tensor]] = {}
+        rule, budget, temperature = request.rule, request.budget, request.temperature
+        view = StaleView.of(request.stale, temperature, rule.mask_id)
+        static = static_features(request.stale).cpu()[None]
+        per_depth: dict[int, Candidates] = {}
 
-        def at_depth(depth: int) -> tuple[Tensor, Tensor]:
+        def at_depth(depth: int) -> Candidates:
             key = depth if request.noise else 0  # without noise every depth has the same candidates
             if key not in per_depth:
                 noise = request.noise(request.step + depth) if request.noise else None
-                per_depth[key] = candidates(stale, noise, request.temperature, request.rule)
+                per_depth[key] = candidates(view, noise, temperature, rule)
             return per_depth[key]
 
-        # Frontier: (-cumulative log-prob, tie-break, parent, depth, position). Position EXPAND stands
-        # for a drafted node whose children are not scored yet: the network runs only when that entry
-        # is popped (its children cannot score higher), so leaves of the final tree cost no call.
-        frontier: list[tuple[float, int, int, int, int]] = [(0.0, 0, 0, 0, EXPAND)]
-        ages = {0: root_ages(request.root, mask_id, request.history, self.net.config.max_age)}
+        # Frontier: (-log P(path walked), tie-break, parent, depth, position, token class). Position
+        # EXPAND stands for a drafted node whose children are not scored yet: the network runs only
+        # when that entry is popped (its children cannot score higher), so leaves cost no call. A
+        # child is a position with the stale candidate or with the runner-up, scored by P(position
+        # committed next) * P(that token); siblings on one position hedge a flipped token.
+        frontier: list[tuple[float, int, int, int, int, int]] = [(0.0, 0, 0, 0, EXPAND, TOP)]
+        ages = {0: root_ages(request.root, rule.mask_id, request.history, self.net.config.max_age)}
         nodes: list[DraftNode] = []
         counter = 0
         while frontier and len(nodes) < budget:
-            neg_logp, _, parent, depth, position = heapq.heappop(frontier)
+            neg_logp, _, parent, depth, position, choice = heapq.heappop(frontier)
             if position == EXPAND:
                 left = int((ages[parent] == MASKED).sum())
                 if left <= 1:
                     continue  # the only child would complete the block: the verifier's bonus commit
-                scores = self.net(static, at_depth(depth)[1][None], ages[parent][None], torch.tensor([depth]),
-                                  torch.tensor([request.temperature]))[0]
-                best = scores.topk(min(left, budget - len(nodes)))
+                position_logp, token_logp = self.net(static, at_depth(depth).features[None], ages[parent][None],
+                                                     torch.tensor([depth]), torch.tensor([temperature]))
+                best = position_logp[0].topk(min(left, budget - len(nodes)))
                 for value, child in zip(best.values.tolist(), best.indices.tolist()):
-                    counter += 1
-                    heapq.heappush(frontier, (neg_logp - value, counter, parent, depth, child))
+                    for choice in (TOP, RUNNER_UP):
+                        counter += 1
+                        score = value + float(token_logp[0, child, choice])
+                        heapq.heappush(frontier, (neg_logp - score, counter, parent, depth, child, choice))
                 continue
-            token = int(at_depth(depth)[0][position])
-            nodes.append(DraftNode(parent, Transition((position,), (token,))))
+            drafted = at_depth(depth)
+            token = drafted.tokens if choice == TOP else drafted.runner_up
+            nodes.append(DraftNode(parent, Transition((position,), (int(token[position]),))))
             ages[len(nodes)] = commit(ages[parent], position)
             counter += 1
-            heapq.heappush(frontier, (neg_logp, counter, len(nodes), depth + 1, EXPAND))
+            heapq.heappush(frontier, (neg_logp, counter, len(nodes), depth + 1, EXPAND, TOP))
         return DraftTree(tuple(nodes))

@@ -2,10 +2,10 @@
 
 Collection decodes training prompts plainly (top1) and keeps, per pass, only what the proposer may
 see (top-k summary features of the logits and the candidate features at each future depth's noise),
-never full logits, plus the committed position. An example at depth d is what the proposer sees at a
-tree node d commits below the root: the stale view of the pass before the root, the positions
-committed up to the root, the d hypothesized commits since, and as label the position the target
-commits next. Full-attention targets also yield the block-start view (the `following` logits).
+never full logits, plus the committed position and token. An example at depth d is what the proposer
+sees at a tree node d commits below the root: the stale view of the pass before the root, the
+positions committed up to the root, the d hypothesized commits since, and as labels the position the
+target commits next and whether it commits the stale candidate there, the runner-up or neither. Full-attention targets also yield the block-start view (the `following` logits).
 
 Training is deterministic by the recipe's seed; the run folder keeps the collected data and a
 `train_state.pt` every `checkpoint_every` steps, so an interrupted run resumes where it stopped.
@@ -27,8 +27,12 @@ from harness.results import git_revision
 from harness.targets.target import DLMTarget
 from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
 from proposers.spot import (
+    NEITHER,
+    RUNNER_UP,
+    TOP,
     SpotConfig,
     SpotNet,
+    StaleView,
     candidates,
     commit,
     root_ages,
@@ -83,6 +87,8 @@ class Views:
     depth: Tensor
     label: Tensor
     """[examples] the position the target commits next."""
+    token: Tensor
+    """[examples] which stale candidate it commits there (TOP, RUNNER_UP or NEITHER)."""
     temperature: float
 
     @staticmethod
@@ -95,6 +101,7 @@ class Views:
             "ages": torch.cat([p.ages for p in parts]),
             "depth": torch.cat([p.depth for p in parts]),
             "label": torch.cat([p.label for p in parts]),
+            "token": torch.cat([p.token for p in parts]),
             "temperature": torch.cat([torch.full((p.label.numel(),), p.temperature) for p in parts]),
         }
 
@@ -107,11 +114,12 @@ def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_len
     session = target.start(prompt_ids, gen_length, block_length)
     noise = NoiseSource(seed, block_length, target.vocab_size) if temperature > 0 else None
     size, mask_id, step = block_length, target.mask_id, 0
-    statics, pending, positions = [], [], []  # pending: (view, root commits, root step, logits)
+    statics, pending, positions = [], [], []  # pending: (view, logits, root commits, root step, block)
     following = None
     for _ in range(session.num_blocks):
         state = torch.full((size,), mask_id, dtype=torch.long)
         block: list[int] = []
+        tokens: list[int] = []
         views = [] if following is None else [(following, 0, step)]
         for j in range(size):
             output = session.forward(state[None])
@@ -119,35 +127,40 @@ def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_len
             transition = rule(logits, state, noise(step) if noise else None, temperature)
             state = transition.apply(state)
             block.append(transition.positions[0])
+            tokens.append(transition.tokens[0])
             step += 1
             if j < size - 2:
                 views.append((logits, j + 1, step))
         for logits, root_commits, root_step in views:
             statics.append(static_features(logits))
-            pending.append((len(statics) - 1, logits, root_commits, root_step, block))
+            pending.append((len(statics) - 1, logits, root_commits, root_step, block, tokens))
         positions.extend(block)
         following = None if output.following is None else output.following[0]
         session.finish_block(state)
         if bool((state == target.eos_id).any()):
             break
-    view_ids, cands, ages_list, depths, labels = [], [], [], [], []
-    for view, logits, root_commits, root_step, block in pending:
-        fixed = None
+    view_ids, cands, ages_list, depths, labels, outcomes = [], [], [], [], [], []
+    for view, logits, root_commits, root_step, block, tokens in pending:
+        stale, drafted = StaleView.of(logits, temperature, mask_id), None
         for depth in range(min(config.max_depth, size - root_commits - 1)):
-            if fixed is None or noise:
-                fixed = candidates(logits, noise(root_step + depth) if noise else None, temperature, rule)[1]
+            if drafted is None or noise:
+                drafted = candidates(stale, noise(root_step + depth) if noise else None, temperature, rule)
             root = torch.zeros(size, dtype=torch.long)  # 0 stands for the mask here
             root[block[:root_commits]] = 1
             ages = root_ages(root, 0, tuple(block[:root_commits]), config.max_age)
             for position in block[root_commits : root_commits + depth]:
                 ages = commit(ages, position)
+            label, token = block[root_commits + depth], tokens[root_commits + depth]
             view_ids.append(view)
-            cands.append(fixed)
+            cands.append(drafted.features)
             ages_list.append(ages)
             depths.append(depth)
-            labels.append(block[root_commits + depth])
+            labels.append(label)
+            outcomes.append(TOP if drafted.tokens[label] == token else RUNNER_UP if drafted.runner_up[label] == token
+                            else NEITHER)
     views = Views(torch.stack(statics), torch.tensor(view_ids), torch.stack(cands),
-                  torch.stack(ages_list).to(torch.int8), torch.tensor(depths), torch.tensor(labels), temperature)
+                  torch.stack(ages_list).to(torch.int8), torch.tensor(depths), torch.tensor(labels),
+                  torch.tensor(outcomes, dtype=torch.int8), temperature)
     return views, positions
 
 
@@ -172,23 +185,28 @@ def collect_all(recipe: SpotRecipe, target: DLMTarget) -> tuple[list[Views], lis
     return parts, sources
 
 
-def batch_loss(net: SpotNet, data: dict[str, Tensor], index: Tensor) -> tuple[Tensor, Tensor]:
-    """Mean NLL of the next committed position, and the number predicted right (argmax)."""
-    logp = net(data["static"][data["view"][index]], data["candidate"][index], data["ages"][index].long(),
-               data["depth"][index], data["temperature"][index])
-    label = data["label"][index]
-    return -logp.gather(1, label[:, None]).mean(), (logp.argmax(1) == label).sum()
+def batch_loss(net: SpotNet, data: dict[str, Tensor], index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Mean NLL of the next committed position plus that of its token outcome; and the number of
+    positions and of token outcomes predicted right (argmax)."""
+    position_logp, token_logp = net(data["static"][data["view"][index]], data["candidate"][index],
+                                    data["ages"][index].long(), data["depth"][index], data["temperature"][index])
+    label, token = data["label"][index], data["token"][index].long()
+    at_label = token_logp[torch.arange(index.numel()), label]
+    loss = -position_logp.gather(1, label[:, None]).mean() - at_label.gather(1, token[:, None]).mean()
+    return loss, (position_logp.argmax(1) == label).sum(), (at_label.argmax(1) == token).sum()
 
 
 @torch.no_grad()
 def evaluate(net: SpotNet, data: dict[str, Tensor], batch_size: int) -> dict[str, float]:
-    losses, right, count = 0.0, 0, data["label"].numel()
+    losses, right, tokens_right, count = 0.0, 0, 0, data["label"].numel()
     for start in range(0, count, batch_size):
         index = torch.arange(start, min(count, start + batch_size))
-        loss, hits = batch_loss(net, data, index)
+        loss, hits, token_hits = batch_loss(net, data, index)
         losses += float(loss) * index.numel()
         right += int(hits)
-    return {"loss": losses / max(1, count), "accuracy": right / max(1, count)}
+        tokens_right += int(token_hits)
+    count = max(1, count)
+    return {"loss": losses / count, "accuracy": right / count, "token_accuracy": tokens_right / count}
 
 
 def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -> dict:
@@ -222,7 +240,7 @@ def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -
     net.train()
     while step < recipe.steps:
         index = torch.randint(count, (recipe.batch_size,), generator=order)
-        loss, _ = batch_loss(net, training, index)
+        loss, _, _ = batch_loss(net, training, index)
         lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
         optimizer_step(optimizer, net.parameters(), loss, lr, grad_clip=1.0)
         step += 1

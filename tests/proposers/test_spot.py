@@ -11,6 +11,7 @@ import torch
 
 from harness.decoding import DecodeConfig, DraftRequest, NoiseSource, parse_rule
 from harness.decoding import plain_decode, prepare, speculative_decode
+from harness.decoding.rules import candidate_tokens
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_target
 from harness.targets.target import DLMTarget
@@ -20,9 +21,11 @@ from proposers.spot import (
     CONFIG_FILE,
     GAP_SCALE,
     MASKED,
+    TOP,
     SpotConfig,
     SpotNet,
     SpotProposer,
+    StaleView,
     candidates,
     commit,
     load_spot,
@@ -84,13 +87,44 @@ def test_tree_is_best_first_within_budget_with_the_rules_candidates(temperature,
     assert len(tree.nodes) == budget
     prepared = prepare(tree, req.root, target.mask_id, budget)
     assert prepared.states.shape[0] == budget + 1  # nothing invalid, duplicated or block-completing
+    view = StaleView.of(req.stale, temperature, target.mask_id)
     depth = {0: 0}
     for index, node in enumerate(tree.nodes, start=1):
         depth[index] = depth[node.parent] + 1
         (position,), (token,) = node.transition.positions, node.transition.tokens
         noise = req.noise(req.step + depth[node.parent]) if req.noise else None
-        assert token == int(candidates(req.stale, noise, temperature, req.rule)[0][position])
+        drafted = candidates(view, noise, temperature, req.rule)
+        assert token in (int(drafted.tokens[position]), int(drafted.runner_up[position]))
     assert tree.nodes[0].parent == 0  # the most likely first commit comes first
+
+
+def test_candidates_are_the_rules_and_the_runner_up_is_second_under_the_same_noise():
+    target = exact_target("sdar")
+    req = request(target, 1.0, 4)
+    noise = req.noise(req.step)
+    drafted = candidates(StaleView.of(req.stale, 1.0, target.mask_id), noise, 1.0, req.rule)
+    assert torch.equal(drafted.tokens, candidate_tokens(req.stale, noise, 1.0, target.mask_id))
+    scores = req.stale.double() + noise.double()
+    scores[:, target.mask_id] = -torch.inf
+    second = scores.topk(2, -1)
+    assert torch.equal(drafted.runner_up, second.indices[:, 1])
+    assert torch.allclose(drafted.features[:, 5].double(), (second.values[:, 0] - second.values[:, 1]), atol=1e-5)
+
+
+@pytest.mark.parametrize("token_logp", [(0.0, -30.0), (-30.0, 0.0)])
+def test_the_token_head_picks_the_drafted_token(token_logp):
+    # A token head sure of TOP drafts the rule's candidates; one sure of RUNNER_UP drafts runner-ups.
+    target = exact_target("sdar")
+    net = SpotNet(SpotConfig()).eval()
+    torch.nn.init.zeros_(net.token_head.weight)
+    with torch.no_grad():
+        net.token_head.bias.copy_(torch.tensor([*token_logp, -30.0]))
+    req = request(target, 0.0, 6)
+    drafted = candidates(StaleView.of(req.stale, 0.0, target.mask_id), None, 0.0, req.rule)
+    expected = drafted.tokens if token_logp[TOP] == 0 else drafted.runner_up
+    tree = SpotProposer(net).propose(req)
+    assert len(tree.nodes) == 6
+    assert all(n.transition.tokens[0] == int(expected[n.transition.positions[0]]) for n in tree.nodes)
 
 
 def test_log_odds_tells_near_certain_positions_apart():
@@ -150,9 +184,10 @@ def test_with_a_silent_head_spot_ranks_like_the_rule(temperature):
     static = static_features(req.stale)[None]
     for depth, node in enumerate(chain.nodes):
         noise = req.noise(req.step + depth) if req.noise else None
-        features = candidates(req.stale, noise, temperature, req.rule)[1][None]
+        view = StaleView.of(req.stale, temperature, target.mask_id)
+        features = candidates(view, noise, temperature, req.rule).features[None]
         with torch.no_grad():
-            logp = net(static, features, ages[None], torch.tensor([depth]), torch.tensor([temperature]))[0]
+            logp = net(static, features, ages[None], torch.tensor([depth]), torch.tensor([temperature]))[0][0]
         (position,) = node.transition.positions
         assert int(logp.argmax()) == position
         ages = commit(ages, position)
@@ -174,9 +209,11 @@ def test_the_network_runs_on_any_block_length():
     for size in (4, 32, 96):
         ages = torch.full((2, size), MASKED)
         ages[1, 0] = 0
-        logp = net(torch.rand(2, size, 11), torch.rand(2, size, 5), ages, torch.tensor([0, 3]), torch.zeros(2))
+        logp, token_logp = net(torch.rand(2, size, 11), torch.rand(2, size, 6), ages, torch.tensor([0, 3]),
+                               torch.zeros(2))
         assert logp.shape == (2, size) and torch.allclose(logp.exp().sum(-1), torch.ones(2))
         assert logp[1, 0] == -torch.inf
+        assert token_logp.shape == (2, size, 3) and torch.allclose(token_logp.exp().sum(-1), torch.ones(2, size))
 
 
 def test_no_stale_view_no_draft_and_a_full_block_is_not_drafted():

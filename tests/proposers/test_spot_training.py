@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
-from harness.decoding import DecodeConfig, parse_rule, plain_decode
+from harness.decoding import DecodeConfig, NoiseSource, parse_rule, plain_decode
+from harness.decoding.rules import candidate_scores
 from harness.targets.registry import load_target
-from proposers.spot import CONFIG_FILE, MASKED, WEIGHTS_FILE, SpotConfig, load_spot
+from proposers.spot import CONFIG_FILE, MASKED, NEITHER, RUNNER_UP, TOP, WEIGHTS_FILE, SpotConfig, load_spot
 from proposers.spot_training import SpotRecipe, collect, train
 
 PROMPT = list(b"Q: 2+2=?\nA:")
@@ -35,6 +37,30 @@ def test_collected_trajectory_is_plain_decoding_and_examples_are_consistent(fami
     # full attention hands the next block's logits over as a stale view with nothing committed
     assert bool(block_start.any()) == (not target.family.caches_finished_blocks)
     assert 0 <= int(views.view.max()) < views.static.shape[0]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_token_outcomes_compare_the_stale_candidates_with_what_plain_decoding_commits(temperature):
+    # Rebuilt from plain decoding's own logits: the example for the root after j + 1 commits at
+    # depth d reads the pass before the root (step j) under the noise of step j + 1 + d.
+    target = load_target("tiny-random:sdar")
+    size, depths = 8, 5
+    views, _ = collect(target, PROMPT, 16, size, temperature, 4, SpotConfig(max_depth=depths))
+    cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, size, temperature, 4)
+    plain = plain_decode(target, PROMPT, cfg, keep_logits=True)
+    noise = NoiseSource(4, size, target.vocab_size) if temperature > 0 else None
+    expected = []
+    for start in range(0, len(plain.steps), size):
+        for j in range(size - 2):
+            for depth in range(min(depths, size - j - 2)):
+                step = start + j + 1 + depth
+                scores = candidate_scores(plain.pass_logits[start + j], noise(step) if noise else None, temperature)
+                scores[:, target.mask_id] = -torch.inf
+                (position,), (token,) = plain.steps[step].positions, plain.steps[step].tokens
+                top, runner_up = scores[position].topk(2).indices.tolist()
+                expected.append(TOP if top == token else RUNNER_UP if runner_up == token else NEITHER)
+    assert views.token.tolist() == expected
+    assert len(set(expected)) > 1
 
 
 def test_training_is_deterministic_and_records_provenance(tmp_path):
