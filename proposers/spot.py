@@ -7,14 +7,17 @@ probabilities, entropy, margin, the coupled-noise candidate's log-probabilities 
 depth, its confidence rank and gaps to the best masked position), where it sits relative to the
 latest commits, the block's latest real commit (which the one-commit-old stale view has not seen)
 and the path of commits already hypothesized on the current tree branch, and outputs a distribution
-over the next committed position. Its inputs never contain token ids, the vocabulary size or the
-absolute position, so one checkpoint runs on any target and block length (transfer).
+over the next committed position and, per position, whether the target will commit the stale
+candidate there, the runner-up, or neither. Its inputs never contain token ids, the vocabulary size
+or the absolute position, so one checkpoint runs on any target and block length (transfer).
 
-`SpotProposer` grows a general tree best-first by cumulative path probability up to the budget. The
-token at a drafted position is the stale view's candidate under the same rule as the target's
-(`argmax(logit/T + G(seed, s + depth))`, mask excluded), so with coupled noise a right order is
-accepted at any temperature. The verifier decides what is committed, so SPOT is lossless by
-construction whatever the network outputs.
+`SpotProposer` grows a general tree best-first by the probability that the verifier walks a path
+(position times token, multiplied along it) up to the budget. The token at a drafted position is the
+stale view's candidate under the same rule as the target's (`argmax(logit/T + G(seed, s + depth))`,
+mask excluded), so with coupled noise a right order is accepted at any temperature; where the token
+head expects the target's logits to have moved, the runner-up under the same noise is drafted as a
+sibling. The verifier decides what is committed, so SPOT is lossless by construction whatever the
+network outputs.
 
 Scope: SPOT orders single commits, i.e. the `top1` rule. Under a threshold rule a node commits a set;
 there SPOT delegates to the confidence chain (the rule simulated on the stale logits), and SPOT-Sets
@@ -87,6 +90,7 @@ class StaleView:
     """The depth-independent parts of a stale view (float64), computed once per draft."""
 
     logits: Tensor
+    temperature: float
     plain_logp: Tensor
     tempered_logp: Tensor
     greedy: Tensor
@@ -96,7 +100,7 @@ class StaleView:
         x = stale.double()
         plain_logp = x.log_softmax(-1)
         tempered_logp = (x / temperature).log_softmax(-1) if temperature > 0 else plain_logp
-        return StaleView(x, plain_logp, tempered_logp, greedy_tokens(x, mask_id))
+        return StaleView(x, temperature, plain_logp, tempered_logp, greedy_tokens(x, mask_id))
 
 
 @dataclass(frozen=True)
@@ -112,7 +116,7 @@ class Candidates:
     """[B, CANDIDATE_FEATURES] float32."""
 
 
-def candidates(view: StaleView, noise: Tensor | None, temperature: float, rule: Rule) -> Candidates:
+def candidates(view: StaleView, noise: Tensor | None, rule: Rule) -> Candidates:
     """The rule's candidate and runner-up at every position at one depth, and the candidate's features.
 
     Same candidate as `harness.decoding.rules` (float64, mask excluded, ties to the lowest id), so a
@@ -120,7 +124,7 @@ def candidates(view: StaleView, noise: Tensor | None, temperature: float, rule: 
     """
     if rule.confidence not in SUPPORTED_CONFIDENCE:
         raise ValueError(f"SPOT features need a probability confidence, not {rule.confidence!r}")
-    scores = candidate_scores(view.logits, noise, temperature)
+    scores = candidate_scores(view.logits, noise, view.temperature)
     tokens = greedy_tokens(scores, rule.mask_id)
     runner_up = greedy_tokens(scores.scatter(-1, tokens[:, None], -math.inf), rule.mask_id)
     margin = (scores.gather(-1, tokens[:, None]) - scores.gather(-1, runner_up[:, None])).squeeze(1)
@@ -306,7 +310,7 @@ class SpotProposer:
             key = depth if request.noise else 0  # without noise every depth has the same candidates
             if key not in per_depth:
                 noise = request.noise(request.step + depth) if request.noise else None
-                per_depth[key] = candidates(view, noise, temperature, rule)
+                per_depth[key] = candidates(view, noise, rule)
             return per_depth[key]
 
         # Frontier: (-log P(path walked), tie-break, parent, depth, position, token class). Position

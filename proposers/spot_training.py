@@ -144,7 +144,7 @@ def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_len
         stale, drafted = StaleView.of(logits, temperature, mask_id), None
         for depth in range(min(config.max_depth, size - root_commits - 1)):
             if drafted is None or noise:
-                drafted = candidates(stale, noise(root_step + depth) if noise else None, temperature, rule)
+                drafted = candidates(stale, noise(root_step + depth) if noise else None, rule)
             root = torch.zeros(size, dtype=torch.long)  # 0 stands for the mask here
             root[block[:root_commits]] = 1
             ages = root_ages(root, 0, tuple(block[:root_commits]), config.max_age)

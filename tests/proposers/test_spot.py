@@ -93,7 +93,7 @@ def test_tree_is_best_first_within_budget_with_the_rules_candidates(temperature,
         depth[index] = depth[node.parent] + 1
         (position,), (token,) = node.transition.positions, node.transition.tokens
         noise = req.noise(req.step + depth[node.parent]) if req.noise else None
-        drafted = candidates(view, noise, temperature, req.rule)
+        drafted = candidates(view, noise, req.rule)
         assert token in (int(drafted.tokens[position]), int(drafted.runner_up[position]))
     assert tree.nodes[0].parent == 0  # the most likely first commit comes first
 
@@ -102,7 +102,7 @@ def test_candidates_are_the_rules_and_the_runner_up_is_second_under_the_same_noi
     target = exact_target("sdar")
     req = request(target, 1.0, 4)
     noise = req.noise(req.step)
-    drafted = candidates(StaleView.of(req.stale, 1.0, target.mask_id), noise, 1.0, req.rule)
+    drafted = candidates(StaleView.of(req.stale, 1.0, target.mask_id), noise, req.rule)
     assert torch.equal(drafted.tokens, candidate_tokens(req.stale, noise, 1.0, target.mask_id))
     scores = req.stale.double() + noise.double()
     scores[:, target.mask_id] = -torch.inf
@@ -120,7 +120,7 @@ def test_the_token_head_picks_the_drafted_token(token_logp):
     with torch.no_grad():
         net.token_head.bias.copy_(torch.tensor([*token_logp, -30.0]))
     req = request(target, 0.0, 6)
-    drafted = candidates(StaleView.of(req.stale, 0.0, target.mask_id), None, 0.0, req.rule)
+    drafted = candidates(StaleView.of(req.stale, 0.0, target.mask_id), None, req.rule)
     expected = drafted.tokens if token_logp[TOP] == 0 else drafted.runner_up
     tree = SpotProposer(net).propose(req)
     assert len(tree.nodes) == 6
@@ -185,7 +185,7 @@ def test_with_a_silent_head_spot_ranks_like_the_rule(temperature):
     for depth, node in enumerate(chain.nodes):
         noise = req.noise(req.step + depth) if req.noise else None
         view = StaleView.of(req.stale, temperature, target.mask_id)
-        features = candidates(view, noise, temperature, req.rule).features[None]
+        features = candidates(view, noise, req.rule).features[None]
         with torch.no_grad():
             logp = net(static, features, ages[None], torch.tensor([depth]), torch.tensor([temperature]))[0][0]
         (position,) = node.transition.positions

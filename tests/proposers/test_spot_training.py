@@ -42,12 +42,14 @@ def test_collected_trajectory_is_plain_decoding_and_examples_are_consistent(fami
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_token_outcomes_compare_the_stale_candidates_with_what_plain_decoding_commits(temperature):
     # Rebuilt from plain decoding's own logits: the example for the root after j + 1 commits at
-    # depth d reads the pass before the root (step j) under the noise of step j + 1 + d.
-    target = load_target("tiny-random:sdar")
-    size, depths = 8, 5
-    views, _ = collect(target, PROMPT, 16, size, temperature, 4, SpotConfig(max_depth=depths))
-    cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, size, temperature, 4)
-    plain = plain_decode(target, PROMPT, cfg, keep_logits=True)
+    # depth d reads the pass before the root (step j) under the noise of step j + 1 + d. A trained
+    # target, because a random one barely changes its logits between passes (always TOP).
+    target = load_target("sdar-a")
+    size, depths = 16, 5
+    prompt = target.tokenizer.encode("Question: What is 17 + 25?\nAnswer:", add_special_tokens=False)
+    views, _ = collect(target, prompt, 32, size, temperature, 4, SpotConfig(max_depth=depths))
+    cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 32, size, temperature, 4)
+    plain = plain_decode(target, prompt, cfg, keep_logits=True)
     noise = NoiseSource(4, size, target.vocab_size) if temperature > 0 else None
     expected = []
     for start in range(0, len(plain.steps), size):

@@ -1,0 +1,63 @@
+"""How often a stale view's token is the one the target commits, by the view's age (a script, not a test).
+
+An order proposer drafts, at a node d commits below the root, the candidate of a view d + 1 commits
+old (`argmax(logit/T + G(seed, s))` of that view, with the noise of the step s that commits the
+position). This decodes test prompts plainly, keeps the logits, and for every committed position and
+view age k = 1..--ages counts where that candidate is the committed token (TOP), where the
+runner-up under the same scores is (RUNNER_UP), and neither: the ceiling an order proposer works
+under, and the room a runner-up sibling has (proposers/spot.py, docs/spot.md).
+
+    python benchmarks/stale_tokens.py --targets sdar-a --tasks arith,gsm8k --limit 40
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from harness.decoding import DecodeConfig, NoiseSource, parse_rule, plain_decode
+from harness.targets.registry import load_target
+from proposers.spot import StaleView, candidates
+from tasks.base import prompt_ids
+from tasks.registry import get_task
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", default="sdar-a")
+    parser.add_argument("--tasks", default="arith,gsm8k")
+    parser.add_argument("--limit", type=int, default=40)
+    parser.add_argument("--temperatures", default="0,1")
+    parser.add_argument("--ages", type=int, default=4)
+    parser.add_argument("--block-length", type=int, default=32)
+    args = parser.parse_args()
+    size = args.block_length
+    print(f"{'target':8s} {'task':6s} {'T':>3s} {'age':>3s} {'commits':>7s} {'top':>6s} {'runner-up':>9s}")
+    for target_name in args.targets.split(","):
+        target = load_target(target_name)
+        rule = parse_rule("top1", target.family, target.mask_id)
+        for task_name in args.tasks.split(","):
+            task = get_task(task_name, num_fewshot=0)
+            for temperature in (float(t) for t in args.temperatures.split(",")):
+                counts = {age: [0, 0, 0] for age in range(1, args.ages + 1)}
+                for seed, sample in enumerate(task.load("test", limit=args.limit)):
+                    config = DecodeConfig(rule, 64, size, temperature, seed)
+                    plain = plain_decode(target, prompt_ids(task, sample, target.tokenizer), config, keep_logits=True)
+                    noise = NoiseSource(seed, size, target.vocab_size) if temperature > 0 else None
+                    for step, transition in enumerate(plain.steps):
+                        (position,), (token,) = transition.positions, transition.tokens
+                        for age in range(1, min(step % size, args.ages) + 1):
+                            sample_noise = noise(step)[position : position + 1] if noise else None
+                            view = StaleView.of(plain.pass_logits[step - age][position : position + 1],
+                                                temperature, target.mask_id)
+                            drafted = candidates(view, sample_noise, rule)
+                            top, runner_up = int(drafted.tokens[0]), int(drafted.runner_up[0])
+                            counts[age][0] += 1
+                            counts[age][1] += top == token
+                            counts[age][2] += runner_up == token
+                for age, (total, top, runner_up) in counts.items():
+                    print(f"{target_name:8s} {task_name:6s} {temperature:3g} {age:3d} {total:7d} "
+                          f"{top / max(1, total):6.3f} {runner_up / max(1, total):9.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
