@@ -63,16 +63,6 @@ SUPPORTED_CONFIDENCE = ("prob", "tempered_prob")
 """Conventions whose log-confidence is a candidate log-probability (every zoo and published family)."""
 
 
-def static_features(stale: Tensor) -> Tensor:
-    """[B, STATIC_FEATURES] float32 summary of the stale logits [B, V], computed in float64."""
-    logp = stale.double().log_softmax(-1)
-    probs = logp.exp()
-    top = probs.topk(TOP_K, dim=-1).values
-    entropy = -(probs * logp).sum(-1, keepdim=True)
-    margin = top[:, :1] - top[:, 1:2]
-    return torch.cat([top, entropy, margin, top[:, :1].log().clamp_min(LOG_FLOOR)], -1).float()
-
-
 def log_odds(logp: Tensor, tokens: Tensor) -> Tensor:
     """log p(token) - log(1 - p(token)) per position, exact near p = 1.
 
@@ -101,6 +91,16 @@ class StaleView:
         plain_logp = x.log_softmax(-1)
         tempered_logp = (x / temperature).log_softmax(-1) if temperature > 0 else plain_logp
         return StaleView(x, temperature, plain_logp, tempered_logp, greedy_tokens(x, mask_id))
+
+
+def static_features(view: StaleView) -> Tensor:
+    """[B, STATIC_FEATURES] float32 summary of a stale view, computed in float64."""
+    logp = view.plain_logp
+    probs = logp.exp()
+    top = probs.topk(TOP_K, dim=-1).values
+    entropy = -(probs * logp).sum(-1, keepdim=True)
+    margin = top[:, :1] - top[:, 1:2]
+    return torch.cat([top, entropy, margin, top[:, :1].log().clamp_min(LOG_FLOOR)], -1).float()
 
 
 @dataclass(frozen=True)
@@ -303,7 +303,7 @@ class SpotProposer:
             return self.fallback.propose(request)
         rule, budget, temperature = request.rule, request.budget, request.temperature
         view = StaleView.of(request.stale, temperature, rule.mask_id)
-        static = static_features(request.stale).cpu()[None]
+        static = static_features(view).cpu()[None]
         per_depth: dict[int, Candidates] = {}
 
         def at_depth(depth: int) -> Candidates:

@@ -114,7 +114,7 @@ def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_len
     session = target.start(prompt_ids, gen_length, block_length)
     noise = NoiseSource(seed, block_length, target.vocab_size) if temperature > 0 else None
     size, mask_id, step = block_length, target.mask_id, 0
-    statics, pending, positions = [], [], []  # pending: (view, logits, root commits, root step, block)
+    statics, pending, positions = [], [], []  # pending: (view, stale, root commits, root step, block, tokens)
     following = None
     for _ in range(session.num_blocks):
         state = torch.full((size,), mask_id, dtype=torch.long)
@@ -132,16 +132,17 @@ def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_len
             if j < size - 2:
                 views.append((logits, j + 1, step))
         for logits, root_commits, root_step in views:
-            statics.append(static_features(logits))
-            pending.append((len(statics) - 1, logits, root_commits, root_step, block, tokens))
+            stale = StaleView.of(logits, temperature, mask_id)
+            statics.append(static_features(stale))
+            pending.append((len(statics) - 1, stale, root_commits, root_step, block, tokens))
         positions.extend(block)
         following = None if output.following is None else output.following[0]
         session.finish_block(state)
         if bool((state == target.eos_id).any()):
             break
     view_ids, cands, ages_list, depths, labels, outcomes = [], [], [], [], [], []
-    for view, logits, root_commits, root_step, block, tokens in pending:
-        stale, drafted = StaleView.of(logits, temperature, mask_id), None
+    for view, stale, root_commits, root_step, block, tokens in pending:
+        drafted = None
         for depth in range(min(config.max_depth, size - root_commits - 1)):
             if drafted is None or noise:
                 drafted = candidates(stale, noise(root_step + depth) if noise else None, rule)

@@ -181,7 +181,7 @@ def test_with_a_silent_head_spot_ranks_like_the_rule(temperature):
     req = request(target, temperature, 5, committed=2)
     chain = ConfidenceProposer().propose(req)
     ages = root_ages(req.root, target.mask_id, req.history, net.config.max_age)
-    static = static_features(req.stale)[None]
+    static = static_features(StaleView.of(req.stale, temperature, target.mask_id))[None]
     for depth, node in enumerate(chain.nodes):
         noise = req.noise(req.step + depth) if req.noise else None
         view = StaleView.of(req.stale, temperature, target.mask_id)
