@@ -5,7 +5,8 @@ see (top-k summary features of the logits and the candidate features at each fut
 never full logits, plus the committed position and token. An example at depth d is what the proposer
 sees at a tree node d commits below the root: the stale view of the pass before the root, the
 positions committed up to the root, the d hypothesized commits since, and as labels the position the
-target commits next and whether it commits the stale candidate there, the runner-up or neither. Full-attention targets also yield the block-start view (the `following` logits).
+target commits next and whether it commits the stale candidate there, the runner-up or neither.
+Full-attention targets also yield the block-start view (the `following` logits).
 
 Training is deterministic by the recipe's seed; the run folder keeps the collected data and a
 `train_state.pt` every `checkpoint_every` steps, so an interrupted run resumes where it stopped.
