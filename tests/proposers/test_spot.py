@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 
 import pytest
 import torch
@@ -125,6 +126,25 @@ def test_the_token_head_picks_the_drafted_token(token_logp):
     tree = SpotProposer(net).propose(req)
     assert len(tree.nodes) == 6
     assert all(n.transition.tokens[0] == int(expected[n.transition.positions[0]]) for n in tree.nodes)
+
+
+def test_where_a_flip_is_as_likely_as_not_the_runner_up_is_drafted_beside_the_candidate():
+    # Path probability is P(position) x P(token): with even odds on the token, the two siblings on
+    # the most likely position outrank anything below either of them.
+    target = exact_target("sdar")
+    net = SpotNet(SpotConfig()).eval()
+    for head in (net.head, net.token_head):
+        torch.nn.init.zeros_(head.weight)
+        torch.nn.init.zeros_(head.bias)
+    with torch.no_grad():
+        net.token_head.bias.copy_(torch.tensor([math.log(0.5), math.log(0.5), -30.0]))
+    req = request(target, 1.0, 2)
+    first = ConfidenceProposer().propose(req).nodes[0].transition
+    drafted = candidates(StaleView.of(req.stale, 1.0, target.mask_id), req.noise(req.step), req.rule)
+    (position,) = first.positions
+    tree = SpotProposer(net).propose(req)
+    assert [(n.parent, n.transition.positions[0], n.transition.tokens[0]) for n in tree.nodes] == [
+        (0, position, int(drafted.tokens[position])), (0, position, int(drafted.runner_up[position]))]
 
 
 def test_log_odds_tells_near_certain_positions_apart():
