@@ -64,10 +64,13 @@ def test_a_killed_driver_leaves_a_run_the_next_invocation_completes(tmp_path) ->
     try:
         wait_for_files(out / "samples", after_kill + 1, second)
         second.send_signal(signal.SIGINT)
-        _, err = second.communicate(timeout=60)
+        out_text, err = second.communicate(timeout=60)
     finally:
         kill_group(second)
-    assert second.returncode == 130 and "run the same command again to resume" in err
+    finished = len(list((out / "samples").glob("*.parquet")))
+    assert second.returncode == 130 and "run the same command again to resume" in err, (
+        f"exit {second.returncode}; files {after_kill} after the kill, {finished} after SIGINT of {2 * limit}; "
+        f"stdout {out_text[-400:]!r}; stderr {err[-400:]!r}")
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "failed" and "KeyboardInterrupt" in manifest["error"]
     done = len(list((out / "samples").glob("*.parquet")))
