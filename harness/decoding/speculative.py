@@ -36,15 +36,15 @@ def speculative_decode(
     pass_commits: list[int] = []
     state = torch.full((size,), mask_id, dtype=torch.long)
     stale: Tensor | None = None
-    block_start = 0
+    history: list[int] = []  # this block's committed positions, oldest first
     start = time.perf_counter()
     while True:
         root_step = len(steps)
         if noise:
             noise.forget_before(root_step)
         before = time.perf_counter()
-        history = tuple(p for t in steps[block_start:] for p in t.positions)
-        draft = proposer.propose(DraftRequest(stale, state, root_step, noise, rule, temperature, budget, history))
+        draft = proposer.propose(DraftRequest(stale, state, root_step, noise, rule, temperature, budget,
+                                              tuple(history)))
         metrics.proposer_s += time.perf_counter() - before
         tree = prepare(draft, state, mask_id, budget)
         before = time.perf_counter()
@@ -64,6 +64,7 @@ def speculative_decode(
             row, depth = child, depth + 1
         metrics.draft_nodes += tree.states.shape[0] - 1
         pass_commits.append(depth + 1)
+        history.extend(p for t in steps[root_step:] for p in t.positions)
         state = transition.apply(tree.states[row])
         if bool((state != mask_id).all()):
             session.finish_block(state)
@@ -71,7 +72,7 @@ def speculative_decode(
                 break
             stale = None if logits.following is None else logits.following[row]
             state = torch.full((size,), mask_id, dtype=torch.long)
-            block_start = len(steps)
+            history = []
         else:
             stale = logits.current[row]
     metrics.wall_s = time.perf_counter() - start
