@@ -46,10 +46,11 @@ from proposers.confidence import ConfidenceProposer
 TOP_K = 8
 STATIC_FEATURES = TOP_K + 3
 """Per position, independent of depth: top-k probabilities, entropy, margin, log top-1 probability."""
-CANDIDATE_FEATURES = 6
+CANDIDATE_FEATURES = 7
 """Per position and depth: the candidate's log-confidence by the rule's convention, its untempered and
 tempered log-probabilities, the log-odds of its confidence, whether it equals the greedy token, and
-its score margin over the runner-up (how far the target's logits must move to change the token)."""
+its score margin over the runner-up (how far the target's logits must move to change the token), and
+the runner-up's log-confidence (the position's confidence if the token flips)."""
 TOP, RUNNER_UP, NEITHER = 0, 1, 2
 """What the target commits at a position, against the stale view's candidates there (token head)."""
 CONFIDENCE, LOG_ODDS = 0, 3
@@ -133,9 +134,11 @@ def candidates(view: StaleView, noise: Tensor | None, rule: Rule) -> Candidates:
     confidence_logp = view.plain_logp if rule.confidence == "prob" else view.tempered_logp
     confidence = confidence_logp.gather(-1, tokens[:, None]).squeeze(1)
     odds = log_odds(confidence_logp, tokens)
+    runner_up_confidence = confidence_logp.gather(-1, runner_up[:, None]).squeeze(1)
     features = torch.stack([
         confidence.clamp_min(LOG_FLOOR), plain.clamp_min(LOG_FLOOR), tempered.clamp_min(LOG_FLOOR),
         odds.clamp(LOG_FLOOR, -LOG_FLOOR), (tokens == view.greedy).double(), margin.clamp_max(-LOG_FLOOR),
+        runner_up_confidence.clamp_min(LOG_FLOOR),
     ], -1)
     return Candidates(tokens.cpu(), runner_up.cpu(), features.float().cpu())
 

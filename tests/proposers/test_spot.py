@@ -110,6 +110,9 @@ def test_candidates_are_the_rules_and_the_runner_up_is_second_under_the_same_noi
     second = scores.topk(2, -1)
     assert torch.equal(drafted.runner_up, second.indices[:, 1])
     assert torch.allclose(drafted.features[:, 5].double(), (second.values[:, 0] - second.values[:, 1]), atol=1e-5)
+    runner_up_logp = req.stale.double().log_softmax(-1).gather(-1, second.indices[:, 1:2]).squeeze(1)
+    assert req.rule.confidence == "prob"
+    assert torch.allclose(drafted.features[:, 6].double(), runner_up_logp.clamp_min(-30.0), atol=1e-5)
 
 
 @pytest.mark.parametrize("token_logp", [(0.0, -30.0), (-30.0, 0.0)])
