@@ -19,9 +19,11 @@ from harness.targets.target import DLMTarget
 from harness.targets.zoo import ZOO_DIR
 from proposers.confidence import ConfidenceProposer
 from proposers.spot import (
+    CANDIDATE_FEATURES,
     CONFIG_FILE,
     GAP_SCALE,
     MASKED,
+    STATIC_FEATURES,
     TOP,
     SpotConfig,
     SpotNet,
@@ -232,8 +234,8 @@ def test_the_network_runs_on_any_block_length():
     for size in (4, 32, 96):
         ages = torch.full((2, size), MASKED)
         ages[1, 0] = 0
-        logp, token_logp = net(torch.rand(2, size, 11), torch.rand(2, size, 6), ages, torch.tensor([0, 3]),
-                               torch.zeros(2))
+        static, candidate = torch.rand(2, size, STATIC_FEATURES), torch.rand(2, size, CANDIDATE_FEATURES)
+        logp, token_logp = net(static, candidate, ages, torch.tensor([0, 3]), torch.zeros(2))
         assert logp.shape == (2, size) and torch.allclose(logp.exp().sum(-1), torch.ones(2))
         assert logp[1, 0] == -torch.inf
         assert token_logp.shape == (2, size, 3) and torch.allclose(token_logp.exp().sum(-1), torch.ones(2, size))
