@@ -3,13 +3,14 @@
 The target's stale view (its previous pass over the block) already holds the right token at most
 positions; what is hard to guess is the *order*. `SpotNet`, a small transformer over the B block
 positions (~0.6M parameters), reads only features of the stale view (per position: top-k
-probabilities, entropy, margin, the coupled-noise candidate's log-probabilities and log-odds at this
-depth, its confidence rank and gaps to the best masked position), where it sits relative to the
-latest commits, the block's latest real commit (which the one-commit-old stale view has not seen)
-and the path of commits already hypothesized on the current tree branch, and outputs a distribution
-over the next committed position and, per position, whether the target will commit the stale
-candidate there, the runner-up, or neither. Its inputs never contain token ids, the vocabulary size
-or the absolute position, so one checkpoint runs on any target and block length (transfer).
+probabilities, entropy, margin, the coupled-noise candidate's log-probabilities and log-odds and its
+runner-up's log-confidence at this depth, its confidence rank and gaps to the best masked position),
+where it sits relative to the latest commits, the block's latest real commit (which the
+one-commit-old stale view has not seen) and the path of commits already hypothesized on the current
+tree branch, and outputs a distribution over the next committed position and, per position,
+whether the target will commit the stale candidate there, the runner-up, or neither. Its inputs
+never contain token ids, the vocabulary size or the absolute position, so one checkpoint runs on any
+target and block length (transfer).
 
 `SpotProposer` grows a general tree best-first by the probability that the verifier walks a path
 (position times token, multiplied along it) up to the budget. The token at a drafted position is the

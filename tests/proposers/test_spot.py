@@ -22,6 +22,7 @@ from proposers.spot import (
     CANDIDATE_FEATURES,
     CONFIG_FILE,
     GAP_SCALE,
+    LOG_FLOOR,
     MASKED,
     STATIC_FEATURES,
     TOP,
@@ -114,7 +115,7 @@ def test_candidates_are_the_rules_and_the_runner_up_is_second_under_the_same_noi
     assert torch.allclose(drafted.features[:, 5].double(), (second.values[:, 0] - second.values[:, 1]), atol=1e-5)
     runner_up_logp = req.stale.double().log_softmax(-1).gather(-1, second.indices[:, 1:2]).squeeze(1)
     assert req.rule.confidence == "prob"
-    assert torch.allclose(drafted.features[:, 6].double(), runner_up_logp.clamp_min(-30.0), atol=1e-5)
+    assert torch.allclose(drafted.features[:, 6].double(), runner_up_logp.clamp_min(LOG_FLOOR), atol=1e-5)
 
 
 @pytest.mark.parametrize("token_logp", [(0.0, -30.0), (-30.0, 0.0)])
