@@ -6,7 +6,9 @@ pass count speculative decoding would make without running it (exact when a stat
 depend on its batch; see that module). The table prints speedup_nfe (plain passes / speculative
 passes, summed over prompts) and, for every proposer that is not a baseline, its ratio to the best
 of `confidence` and `confidence-branch` at the same budget. Exactness and wall time need
-`spotbench transfer`; this is the quick loop for comparing checkpoints.
+`spotbench transfer`; this is the quick loop for comparing checkpoints. `--stops` adds, per arm and
+budget, why its passes stopped (`harness.decoding.replay.stop_reason`): at a leaf, on a position
+no child drafted, on a drafted position with another token, or with nothing drafted.
 
     python benchmarks/replay_proposers.py --targets sdar-a,dream-a --tasks arith,gsm8k --limit 40 \\
         --proposers confidence,confidence-branch,spot --checkpoints /tmp/my-spot
@@ -15,10 +17,11 @@ of `confidence` and `confidence-branch` at the same budget. Exactness and wall t
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from pathlib import Path
 
 from harness.decoding import DecodeConfig, parse_rule, plain_decode
-from harness.decoding.replay import replay
+from harness.decoding.replay import LEAF, NO_DRAFT, POSITION, TOKEN, Replay, replay
 from harness.targets.registry import load_target
 from proposers import build_proposer
 from proposers.spot import SpotProposer, load_spot
@@ -26,6 +29,12 @@ from tasks.base import prompt_ids
 from tasks.registry import get_task
 
 BASELINES = ("confidence", "confidence-branch")
+
+
+def stop_shares(replays: list[Replay]) -> str:
+    counts = Counter(stop for r in replays for stop in r.stops)
+    total = max(1, sum(counts.values()))
+    return ", ".join(f"{reason} {counts[reason] / total:.2f}" for reason in (LEAF, POSITION, TOKEN, NO_DRAFT))
 
 
 def main() -> None:
@@ -39,6 +48,7 @@ def main() -> None:
     parser.add_argument("--checkpoints", default="", help="comma-separated SPOT checkpoint folders")
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=32)
+    parser.add_argument("--stops", action="store_true", help="also print why each arm's passes stopped")
     args = parser.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
     names = args.proposers.split(",")
@@ -59,17 +69,19 @@ def main() -> None:
                 plain_nfe = sum(p.metrics.nfe for p in plains)
                 arms = {n: lambda p, n=n: build_proposer(n, target, p) for n in names}
                 arms |= {n: lambda p, net=net: SpotProposer(net) for n, net in nets.items()}
-                speedups = {
-                    arm: [plain_nfe / sum(replay(p, make(p), c, b).nfe for p, c in zip(plains, configs))
-                          for b in budgets]
-                    for arm, make in arms.items()
-                }
+                replays = {arm: [[replay(p, make(p), c, b) for p, c in zip(plains, configs)] for b in budgets]
+                           for arm, make in arms.items()}
+                speedups = {arm: [plain_nfe / sum(r.nfe for r in runs) for runs in per_budget]
+                            for arm, per_budget in replays.items()}
                 baselines = [speedups[n] for n in BASELINES if n in speedups]
                 best = [max((values[i] for values in baselines), default=float("nan")) for i in range(len(budgets))]
                 for arm, values in speedups.items():
                     ratio = "" if arm in BASELINES else " ".join(f"{v / b:.3f}" for v, b in zip(values, best))
                     print(f"{target_name:8s} {task_name:6s} {temperature:3g} {arm:18s} "
                           + " ".join(f"{v:<7.2f}" for v in values) + f"  {ratio}", flush=True)
+                    if args.stops:
+                        for budget, runs in zip(budgets, replays[arm]):
+                            print(f"{'':38s} stops at b={budget}: {stop_shares(runs)}")
 
 
 if __name__ == "__main__":

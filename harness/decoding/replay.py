@@ -10,6 +10,9 @@ checkpoints on many targets needs. It equals `speculative_decode` wherever a sta
 depend on the batch it was evaluated in (the exactness mode; tests/harness/decoding/test_replay.py
 checks it for every registered proposer). It measures passes only: exactness, wall time and scores
 need real speculative decoding.
+
+It also says why each pass stopped (`Replay.stops`), which is what tells a proposer's order errors
+from its token errors.
 """
 
 from __future__ import annotations
@@ -20,7 +23,23 @@ import torch
 
 from harness.decoding.generation import DecodeConfig, Generation
 from harness.decoding.noise import NoiseSource
-from harness.decoding.tree import DraftRequest, Proposer, prepare
+from harness.decoding.rules import Transition
+from harness.decoding.tree import DraftRequest, PreparedTree, Proposer, prepare
+
+NO_DRAFT, LEAF, POSITION, TOKEN = "no_draft", "leaf", "position", "token"
+"""Why a pass stopped: the proposer drafted nothing; the walk reached a node with no children (its
+branch of the budget ended there, or one mask was left); the target committed a position no child
+drafted; or a child drafted its position(s) with other tokens."""
+
+
+def stop_reason(tree: PreparedTree, row: int, transition: Transition) -> str:
+    """Why the walk stopped at `row`, where the target's transition is `transition` and no child holds it."""
+    drafted = [t for parent, t in tree.children if parent == row]
+    if not tree.children:
+        return NO_DRAFT
+    if not drafted:
+        return LEAF
+    return TOKEN if any(t.positions == transition.positions for t in drafted) else POSITION
 
 
 @dataclass(frozen=True)
@@ -30,6 +49,8 @@ class Replay:
     KV-store passes, counted the same way)."""
     pass_commits: list[int]
     """Transitions committed by each speculative pass."""
+    stops: list[str]
+    """Why each pass stopped (`stop_reason`)."""
 
 
 def replay(plain: Generation, proposer: Proposer, config: DecodeConfig, budget: int) -> Replay:
@@ -39,6 +60,7 @@ def replay(plain: Generation, proposer: Proposer, config: DecodeConfig, budget: 
     vocab = plain.pass_logits[0].shape[-1]
     noise = NoiseSource(config.seed, size, vocab) if config.temperature > 0 else None
     pass_commits: list[int] = []
+    stops: list[str] = []
     step, block, stale = 0, 0, None
     state = torch.full((size,), mask_id, dtype=torch.long)
     history: list[int] = []
@@ -51,6 +73,7 @@ def replay(plain: Generation, proposer: Proposer, config: DecodeConfig, budget: 
             if child is None:
                 break
             row, depth = child, depth + 1
+        stops.append(stop_reason(tree, row, steps[step + depth]))
         for transition in steps[step : step + depth + 1]:
             state = transition.apply(state)
             history.extend(transition.positions)
@@ -63,4 +86,4 @@ def replay(plain: Generation, proposer: Proposer, config: DecodeConfig, budget: 
             state = torch.full((size,), mask_id, dtype=torch.long)
             history = []
     saved = len(steps) - len(pass_commits)
-    return Replay(plain.metrics.nfe - saved, pass_commits)
+    return Replay(plain.metrics.nfe - saved, pass_commits, stops)

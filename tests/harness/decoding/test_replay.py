@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from harness.decoding import DecodeConfig, DraftTree, parse_rule, plain_decode, speculative_decode
-from harness.decoding.replay import replay
+from harness.decoding.replay import LEAF, NO_DRAFT, POSITION, TOKEN, replay
+from harness.decoding.rules import Transition
 from harness.targets.registry import load_target
 from harness.targets.target import DLMTarget
 from proposers import PROPOSERS, build_proposer
@@ -66,3 +67,29 @@ def test_a_proposer_that_is_never_right_saves_nothing_and_logits_are_required():
     with pytest.raises(ValueError, match="keep_logits"):
         replay(plain_decode(target, PROMPT, cfg), Off(plain), cfg, 4)
     assert torch.equal(plain.tokens, plain_decode(target, PROMPT, cfg).tokens)
+
+
+class Elsewhere:
+    """Drafts a masked position the target does not commit next: never accepted."""
+
+    def __init__(self, plain):
+        self.steps = plain.steps
+
+    def propose(self, request):
+        truth = self.steps[request.step].positions
+        others = [p for p in range(request.root.numel())
+                  if int(request.root[p]) == request.rule.mask_id and p not in truth]
+        return DraftTree.chain([Transition((others[0],), (0,))]) if others else DraftTree()
+
+
+def test_replay_says_why_each_pass_stopped():
+    target = exact_target("llada")
+    cfg = config(target, "top1", 0.0, (16, 8))
+    plain = plain_decode(target, PROMPT, cfg, keep_logits=True)
+    oracle = replay(plain, build_proposer("oracle", target, plain), cfg, 4)
+    assert len(oracle.stops) == len(oracle.pass_commits)
+    for proposer, reason in ((Off(plain), TOKEN), (Elsewhere(plain), POSITION),
+                             (build_proposer("oracle", target, plain), LEAF)):
+        stops = replay(plain, proposer, cfg, 4).stops
+        assert reason in stops and set(stops) <= {reason, NO_DRAFT}, (type(proposer).__name__, stops)
+    assert set(replay(plain, Off(plain), cfg, 0).stops) == {NO_DRAFT}
