@@ -34,9 +34,9 @@ drafted; or a child drafted its position(s) with other tokens."""
 
 def stop_reason(tree: PreparedTree, row: int, transition: Transition) -> str:
     """Why the walk stopped at `row`, where the target's transition is `transition` and no child holds it."""
-    drafted = [t for parent, t in tree.children if parent == row]
     if not tree.children:
         return NO_DRAFT
+    drafted = [t for parent, t in tree.children if parent == row]
     if not drafted:
         return LEAF
     return TOKEN if any(t.positions == transition.positions for t in drafted) else POSITION
