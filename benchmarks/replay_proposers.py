@@ -76,7 +76,7 @@ def main() -> None:
                 baselines = [speedups[n] for n in BASELINES if n in speedups]
                 best = [max((values[i] for values in baselines), default=float("nan")) for i in range(len(budgets))]
                 for arm, values in speedups.items():
-                    ratio = "" if arm in BASELINES else " ".join(f"{v / b:.3f}" for v, b in zip(values, best))
+                    ratio = "" if arm in BASELINES or not baselines else " ".join(f"{v / b:.3f}" for v, b in zip(values, best))
                     print(f"{target_name:8s} {task_name:6s} {temperature:3g} {arm:18s} "
                           + " ".join(f"{v:<7.2f}" for v in values) + f"  {ratio}", flush=True)
                     if args.stops:
