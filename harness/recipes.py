@@ -31,5 +31,5 @@ def load_recipe(cls: type[RecipeT], path: str | Path) -> RecipeT:
         raise UserError(f"recipe {path}: unknown keys {unknown}; allowed: {sorted(known)}")
     try:
         return cls(**raw)
-    except TypeError as error:
+    except (TypeError, ValueError) as error:
         raise UserError(f"recipe {path}: {error}") from None

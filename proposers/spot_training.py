@@ -59,6 +59,10 @@ class SpotRecipe:
     batch_size: int = 256
     learning_rate: float = 1e-3
     warmup_steps: int = 100
+    depth_decay: float = 1.0
+    """Examples are drawn with probability proportional to depth_decay ** depth. Every tree path starts
+    at depth 0 and a node's share of the walk falls with its depth, while a view yields up to
+    `max_depth` examples, most of them deep; below 1 this spends the steps where the tree is."""
     weight_decay: float = 0.01
     validation_fraction: float = 0.1
     checkpoint_every: int = 250
@@ -67,6 +71,8 @@ class SpotRecipe:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "temperatures", tuple(self.temperatures))
+        if not 0 < self.depth_decay <= 1:
+            raise ValueError(f"depth_decay must be in (0, 1], not {self.depth_decay}")
 
     @staticmethod
     def load(path: str | Path) -> SpotRecipe:
@@ -198,6 +204,11 @@ def batch_loss(net: SpotNet, data: dict[str, Tensor], index: Tensor) -> tuple[Te
     return loss, (position_logp.argmax(1) == label).sum(), (at_label.argmax(1) == token).sum()
 
 
+def examples_where(data: dict[str, Tensor], keep: Tensor) -> dict[str, Tensor]:
+    """The examples selected by a boolean mask (the views they read stay as they are)."""
+    return {k: v if k == "static" else v[keep] for k, v in data.items()}
+
+
 @torch.no_grad()
 def evaluate(net: SpotNet, data: dict[str, Tensor], batch_size: int) -> dict[str, float]:
     losses, right, tokens_right, count = 0.0, 0, 0, data["label"].numel()
@@ -238,10 +249,11 @@ def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -
         order.set_state(state["order"])
         step = state["step"]
     count = training["label"].numel()
+    draw = recipe.depth_decay ** training["depth"].double()
     progress = tqdm(total=recipe.steps, initial=step, desc=f"train {recipe.name}", unit="step")
     net.train()
     while step < recipe.steps:
-        index = torch.randint(count, (recipe.batch_size,), generator=order)
+        index = torch.multinomial(draw, recipe.batch_size, replacement=True, generator=order)
         loss, _, _ = batch_loss(net, training, index)
         lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
         optimizer_step(optimizer, net.parameters(), loss, lr, grad_clip=1.0)
@@ -262,6 +274,7 @@ def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -
         },
         "examples": {"train": count, "validation": validation["label"].numel()},
         "validation": evaluate(net, validation, 1024),
+        "validation_depths_0_3": evaluate(net, examples_where(validation, validation["depth"] < 4), 1024),
         "steps": step,
     }
     save_spot(net, out_dir, report)
