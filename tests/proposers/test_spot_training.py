@@ -84,3 +84,38 @@ def test_training_is_deterministic_and_records_provenance(tmp_path):
     changed = SpotRecipe(**{**recipe.__dict__, "seed": 1})
     with pytest.raises(Exception, match="different recipe"):
         train(changed, target, tmp_path / "run1", tmp_path / "out4")
+
+
+def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch):
+    import proposers.spot_training as training
+
+    drawn: dict[float, list[int]] = {}
+    real_loss = training.batch_loss
+
+    def recording(net, data, index):
+        if net.training:
+            drawn[decay].extend(data["depth"][index].tolist())
+        return real_loss(net, data, index)
+
+    monkeypatch.setattr(training, "batch_loss", recording)
+    target = load_target("tiny-random:sdar")
+    for decay in (1.0, 0.01):
+        drawn[decay] = []
+        recipe = SpotRecipe(name="t", target="tiny-random:sdar", tasks={"arith": 2}, temperatures=(0.0,),
+                            gen_length=16, block_length=8, steps=20, batch_size=16, warmup_steps=1,
+                            depth_decay=decay, validation_fraction=0.5, model={"width": 16, "layers": 1,
+                                                                                "heads": 2, "ffn": 32})
+        report = train(recipe, target, tmp_path / f"run{decay}", tmp_path / f"out{decay}")
+        assert set(report["validation_depths_0_3"]) == {"loss", "accuracy", "token_accuracy"}
+    uniform, shallow = drawn[1.0], drawn[0.01]
+    assert len(uniform) == len(shallow) == 320
+    assert sum(d == 0 for d in shallow) > 0.9 * len(shallow) > 0.9 * 2 * sum(d == 0 for d in uniform)
+
+
+def test_recipe_rejects_a_depth_decay_outside_zero_one(tmp_path):
+    from harness.errors import UserError
+
+    path = tmp_path / "r.yaml"
+    path.write_text("name: t\ntarget: sdar-a\ntasks: {arith: 2}\ndepth_decay: 0\n")
+    with pytest.raises(UserError, match=r"depth_decay must be in \(0, 1\], not 0"):
+        SpotRecipe.load(path)
