@@ -74,9 +74,9 @@ def main() -> None:
                 speedups = {arm: [plain_nfe / sum(r.nfe for r in runs) for runs in per_budget]
                             for arm, per_budget in replays.items()}
                 baselines = [speedups[n] for n in BASELINES if n in speedups]
-                best = [max((values[i] for values in baselines), default=float("nan")) for i in range(len(budgets))]
+                best = [max(column) for column in zip(*baselines)]
                 for arm, values in speedups.items():
-                    ratio = "" if arm in BASELINES or not baselines else " ".join(f"{v / b:.3f}" for v, b in zip(values, best))
+                    ratio = "" if arm in BASELINES else " ".join(f"{v / b:.3f}" for v, b in zip(values, best))
                     print(f"{target_name:8s} {task_name:6s} {temperature:3g} {arm:18s} "
                           + " ".join(f"{v:<7.2f}" for v in values) + f"  {ratio}", flush=True)
                     if args.stops:

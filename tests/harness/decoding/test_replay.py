@@ -86,10 +86,9 @@ def test_replay_says_why_each_pass_stopped():
     target = exact_target("llada")
     cfg = config(target, "top1", 0.0, (16, 8))
     plain = plain_decode(target, PROMPT, cfg, keep_logits=True)
-    oracle = replay(plain, build_proposer("oracle", target, plain), cfg, 4)
-    assert len(oracle.stops) == len(oracle.pass_commits)
     for proposer, reason in ((Off(plain), TOKEN), (Elsewhere(plain), POSITION),
                              (build_proposer("oracle", target, plain), LEAF)):
-        stops = replay(plain, proposer, cfg, 4).stops
-        assert reason in stops and set(stops) <= {reason, NO_DRAFT}, (type(proposer).__name__, stops)
+        run = replay(plain, proposer, cfg, 4)
+        assert len(run.stops) == len(run.pass_commits)
+        assert reason in run.stops and set(run.stops) <= {reason, NO_DRAFT}, (type(proposer).__name__, run.stops)
     assert set(replay(plain, Off(plain), cfg, 0).stops) == {NO_DRAFT}
