@@ -63,6 +63,11 @@ class SpotRecipe:
     """Examples are drawn with probability proportional to depth_decay ** depth. Every tree path starts
     at depth 0 and a node's share of the walk falls with its depth, while a view yields up to
     `max_depth` examples, most of them deep; below 1 this spends the steps where the tree is."""
+    training_seed: int | None = None
+    """Seeds the network's initialization and the order of examples; None means `seed`. The collected
+    data and the validation split depend on `seed` alone, so recipes that differ only here train on
+    one collection (link its trajectories.pt into each run folder) and measure the spread between
+    training runs apart from the data."""
     weight_decay: float = 0.01
     validation_fraction: float = 0.1
     checkpoint_every: int = 250
@@ -236,10 +241,11 @@ def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -
     held = max(1, int(len(parts) * recipe.validation_fraction))
     validation = Views.cat([parts[i] for i in split[:held].tolist()])
     training = Views.cat([parts[i] for i in split[held:].tolist()])
-    torch.manual_seed(recipe.seed)
+    training_seed = recipe.seed if recipe.training_seed is None else recipe.training_seed
+    torch.manual_seed(training_seed)
     net = SpotNet(SpotConfig(**recipe.model))
     optimizer = torch.optim.AdamW(net.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
-    order = torch.Generator().manual_seed(recipe.seed + 1)
+    order = torch.Generator().manual_seed(training_seed + 1)
     step = 0
     state_path = run_dir / STATE_FILE
     state = load_state(state_path, recipe, "use a new --run-dir")
@@ -270,7 +276,8 @@ def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -
         "recipe": dataclasses.asdict(recipe),
         "provenance": {
             "target": recipe.target, "data": sorted({s.split("/")[0] + "/train" for s in sources}),
-            "generations": len(sources), "seed": recipe.seed, "git_revision": git_revision(),
+            "generations": len(sources), "seed": recipe.seed, "training_seed": training_seed,
+            "git_revision": git_revision(),
         },
         "examples": {"train": count, "validation": validation["label"].numel()},
         "validation": evaluate(net, validation, 1024),

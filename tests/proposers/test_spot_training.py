@@ -12,7 +12,7 @@ from harness.decoding import DecodeConfig, NoiseSource, parse_rule, plain_decode
 from harness.decoding.rules import candidate_scores
 from harness.targets.registry import load_target
 from proposers.spot import CONFIG_FILE, MASKED, NEITHER, RUNNER_UP, TOP, WEIGHTS_FILE, SpotConfig, load_spot
-from proposers.spot_training import SpotRecipe, collect, train
+from proposers.spot_training import DATA_FILE, SpotRecipe, collect, train
 
 PROMPT = list(b"Q: 2+2=?\nA:")
 
@@ -84,6 +84,25 @@ def test_training_is_deterministic_and_records_provenance(tmp_path):
     changed = SpotRecipe(**{**recipe.__dict__, "seed": 1})
     with pytest.raises(Exception, match="different recipe"):
         train(changed, target, tmp_path / "run1", tmp_path / "out4")
+
+
+def test_training_seed_reseeds_the_network_but_keeps_the_data_and_split(tmp_path):
+    recipe = SpotRecipe(name="t", target="tiny-random:sdar", tasks={"arith": 2}, temperatures=(0.0,),
+                        gen_length=16, block_length=8, steps=2, batch_size=8, warmup_steps=1,
+                        validation_fraction=0.5, model={"width": 16, "layers": 1, "heads": 2, "ffn": 32})
+    target = load_target(recipe.target)
+    reports = {}
+    for training_seed in (None, 0, 1):
+        run = tmp_path / f"run{training_seed}"
+        run.mkdir()
+        if training_seed is not None:  # shares the first run's collection, as the field's docstring says
+            (run / DATA_FILE).symlink_to(tmp_path / "runNone" / DATA_FILE)
+        changed = SpotRecipe(**{**recipe.__dict__, "training_seed": training_seed})
+        reports[training_seed] = train(changed, target, run, tmp_path / f"out{training_seed}")
+    weights = {k: (tmp_path / f"out{k}" / WEIGHTS_FILE).read_bytes() for k in reports}
+    assert weights[None] == weights[0] and weights[1] != weights[0]
+    assert reports[1]["provenance"]["training_seed"] == 1 and reports[1]["provenance"]["seed"] == 0
+    assert reports[1]["examples"] == reports[0]["examples"]
 
 
 def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch):
