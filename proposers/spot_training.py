@@ -23,6 +23,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from harness.decoding import NoiseSource, parse_rule
+from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.results import git_revision
 from harness.targets.target import DLMTarget
@@ -177,6 +178,15 @@ def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_len
     return views, positions
 
 
+def collection_of(recipe: SpotRecipe) -> dict:
+    """The recipe's fields that decide what `collect_all` collects: a run folder's data is reused only
+    by a recipe that agrees on all of them (steps, batches or `training_seed` may differ)."""
+    config = SpotConfig(**recipe.model)
+    return {"target": recipe.target, "tasks": dict(recipe.tasks), "temperatures": list(recipe.temperatures),
+            "gen_length": recipe.gen_length, "block_length": recipe.block_length, "seed": recipe.seed,
+            "max_depth": config.max_depth, "max_age": config.max_age}
+
+
 def collect_all(recipe: SpotRecipe, target: DLMTarget) -> tuple[list[Views], list[str]]:
     """Every (prompt, temperature) generation of the recipe, in a fixed order; and their sources."""
     from tasks.base import prompt_ids
@@ -231,12 +241,16 @@ def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -
     """Collect (or reuse the run folder's data), train (or resume), save the checkpoint to `out_dir`."""
     run_dir.mkdir(parents=True, exist_ok=True)
     data_path = run_dir / DATA_FILE
+    collection = collection_of(recipe)
     if data_path.exists():
         saved = torch.load(data_path, weights_only=False)
+        if saved.get("collection") != collection:
+            raise UserError(f"{data_path} was collected for another target, tasks, temperatures, lengths, seed or "
+                            f"depth than this recipe's; use a new --run-dir")
         parts, sources = saved["parts"], saved["sources"]
     else:
         parts, sources = collect_all(recipe, target)
-        torch.save({"parts": parts, "sources": sources}, data_path)
+        save_state(data_path, {"collection": collection, "parts": parts, "sources": sources})
     split = torch.randperm(len(parts), generator=torch.Generator().manual_seed(recipe.seed))
     held = max(1, int(len(parts) * recipe.validation_fraction))
     validation = Views.cat([parts[i] for i in split[:held].tolist()])

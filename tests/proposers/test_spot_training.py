@@ -81,7 +81,7 @@ def test_training_is_deterministic_and_records_provenance(tmp_path):
     reloaded = train(recipe, target, tmp_path / "run1", tmp_path / "out3")  # resumes: nothing left to do
     assert reloaded["validation"] == first["validation"]
     assert load_spot(tmp_path / "out1").config.width == 16
-    changed = SpotRecipe(**{**recipe.__dict__, "seed": 1})
+    changed = SpotRecipe(**{**recipe.__dict__, "learning_rate": 0.5})
     with pytest.raises(Exception, match="different recipe"):
         train(changed, target, tmp_path / "run1", tmp_path / "out4")
 
@@ -103,6 +103,22 @@ def test_training_seed_reseeds_the_network_but_keeps_the_data_and_split(tmp_path
     assert weights[None] == weights[0] and weights[1] != weights[0]
     assert reports[1]["provenance"]["training_seed"] == 1 and reports[1]["provenance"]["seed"] == 0
     assert reports[1]["examples"] == reports[0]["examples"]
+
+
+def test_a_run_folder_refuses_data_collected_for_another_recipe(tmp_path):
+    from harness.errors import UserError
+
+    recipe = SpotRecipe(name="t", target="tiny-random:sdar", tasks={"arith": 2}, temperatures=(0.0,),
+                        gen_length=16, block_length=8, steps=1, batch_size=8, warmup_steps=1,
+                        validation_fraction=0.5, model={"width": 16, "layers": 1, "heads": 2, "ffn": 32})
+    target = load_target(recipe.target)
+    train(recipe, target, tmp_path / "run", tmp_path / "out")
+    (tmp_path / "run" / "train_state.pt").unlink()  # only the collected data is left to guard
+    more_prompts = SpotRecipe(**{**recipe.__dict__, "tasks": {"arith": 3}})
+    with pytest.raises(UserError, match="collected for another .* use a new --run-dir"):
+        train(more_prompts, target, tmp_path / "run", tmp_path / "out2")
+    longer = SpotRecipe(**{**recipe.__dict__, "steps": 2})
+    assert train(longer, target, tmp_path / "run", tmp_path / "out3")["steps"] == 2
 
 
 def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch):
