@@ -5,7 +5,8 @@ checkpoint folders) at every budget is then scored by `harness.decoding.replay`,
 pass count speculative decoding would make without running it (exact when a state's logits do not
 depend on its batch; see that module). The table prints speedup_nfe (plain passes / speculative
 passes, summed over prompts) and, for every proposer that is not a baseline, its ratio to the best
-of `confidence` and `confidence-branch` at the same budget. Exactness and wall time need
+of `confidence` and `confidence-branch` at the same budget with a 95% interval over resampled
+prompts (`harness/bootstrap.py`). Exactness and wall time need
 `spotbench transfer`; this is the quick loop for comparing checkpoints. `--stops` adds, per arm and
 budget, why its passes stopped (`harness.decoding.replay.stop_reason`): at a leaf, on a position
 no child drafted, on a drafted position with another token, or with nothing drafted.
@@ -20,6 +21,9 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
+import torch
+
+from harness.bootstrap import interval, resampled_speedups
 from harness.decoding import DecodeConfig, parse_rule, plain_decode
 from harness.decoding.replay import LEAF, NO_DRAFT, POSITION, TOKEN, Replay, replay
 from harness.targets.registry import load_target
@@ -73,10 +77,16 @@ def main() -> None:
                            for arm, make in arms.items()}
                 speedups = {arm: [plain_nfe / sum(r.nfe for r in runs) for runs in per_budget]
                             for arm, per_budget in replays.items()}
-                baselines = [speedups[n] for n in BASELINES if n in speedups]
-                best = [max(column) for column in zip(*baselines)]
+                draws = resampled_speedups([p.metrics.nfe for p in plains],
+                                           {(arm, b): [r.nfe for r in runs] for arm, per_budget in replays.items()
+                                            for b, runs in zip(budgets, per_budget)})
+                baselines = [n for n in BASELINES if n in speedups]
+                best = [max(speedups[n][i] for n in baselines) for i in range(len(budgets))] if baselines else None
                 for arm, values in speedups.items():
-                    ratio = "" if arm in BASELINES else " ".join(f"{v / b:.3f}" for v, b in zip(values, best))
+                    ratio = "" if arm in BASELINES or not baselines else " ".join(
+                        f"{v / b:.3f} [{low:.3f}, {high:.3f}]" for v, b, (low, high) in zip(values, best, (
+                            interval(draws[arm, budget] / torch.stack([draws[n, budget] for n in baselines]).max(0).values)
+                            for budget in budgets)))
                     print(f"{target_name:8s} {task_name:6s} {temperature:3g} {arm:18s} "
                           + " ".join(f"{v:<7.2f}" for v in values) + f"  {ratio}", flush=True)
                     if args.stops:

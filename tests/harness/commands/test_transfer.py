@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from harness.cli import main
@@ -25,6 +26,16 @@ def test_transfer_json_rows(tmp_path, capsys):
     oracle = [r for r in rows if r["proposer"] == "oracle"]
     assert all(r["oracle_fraction"] == 1.0 for r in oracle)
     assert any(r["speedup_nfe"] > 1.5 for r in oracle)
+    assert all(r["speedup_nfe_ci95"][0] <= r["speedup_nfe"] <= r["speedup_nfe_ci95"][1] for r in rows)
+    for spot in (r for r in rows if r["proposer"] == "spot"):
+        cell = {r["proposer"]: r["speedup_nfe"] for r in rows if all(
+            r[k] == spot[k] for k in ("eval_target", "temperature", "budget"))}
+        best = max(("confidence", "confidence-branch"), key=cell.__getitem__)
+        assert spot["best_baseline"] == best
+        assert spot["vs_best_baseline"] == pytest.approx(cell["spot"] / cell[best])
+        low, high = spot["vs_best_baseline_ci95"]
+        assert low <= high
+    assert all(r["vs_best_baseline"] is None for r in rows if r["proposer"] != "spot")
 
 
 def test_transfer_without_a_checkpoint_is_a_user_error(tmp_path, capsys):
