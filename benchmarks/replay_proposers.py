@@ -82,11 +82,14 @@ def main() -> None:
                                             for b, runs in zip(budgets, per_budget)})
                 baselines = [n for n in BASELINES if n in speedups]
                 best = [max(speedups[n][i] for n in baselines) for i in range(len(budgets))] if baselines else None
+                best_draws = {b: torch.stack([draws[n, b] for n in baselines]).max(0).values for b in budgets} \
+                    if baselines else None
                 for arm, values in speedups.items():
-                    ratio = "" if arm in BASELINES or not baselines else " ".join(
-                        f"{v / b:.3f} [{low:.3f}, {high:.3f}]" for v, b, (low, high) in zip(values, best, (
-                            interval(draws[arm, budget] / torch.stack([draws[n, budget] for n in baselines]).max(0).values)
-                            for budget in budgets)))
+                    ratio = ""
+                    if arm not in BASELINES and baselines:
+                        intervals = [interval(draws[arm, b] / best_draws[b]) for b in budgets]
+                        ratio = " ".join(f"{v / b:.3f} [{low:.3f}, {high:.3f}]"
+                                         for v, b, (low, high) in zip(values, best, intervals))
                     print(f"{target_name:8s} {task_name:6s} {temperature:3g} {arm:18s} "
                           + " ".join(f"{v:<7.2f}" for v in values) + f"  {ratio}", flush=True)
                     if args.stops:

@@ -3,6 +3,7 @@ deterministic and carry their provenance."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -65,10 +66,16 @@ def test_token_outcomes_compare_the_stale_candidates_with_what_plain_decoding_co
     assert len(set(expected)) > 1
 
 
+def tiny_recipe(**fields) -> SpotRecipe:
+    """A recipe that collects and trains in seconds on a tiny target; `fields` override its values."""
+    recipe = SpotRecipe(name="t", target="tiny-random:sdar", tasks={"arith": 2}, temperatures=(0.0,),
+                        gen_length=16, block_length=8, steps=2, batch_size=8, warmup_steps=1,
+                        validation_fraction=0.5, model={"width": 16, "layers": 1, "heads": 2, "ffn": 32})
+    return dataclasses.replace(recipe, **fields)
+
+
 def test_training_is_deterministic_and_records_provenance(tmp_path):
-    recipe = SpotRecipe(name="t", target="tiny-random:sdar", tasks={"arith": 2}, temperatures=(0.0, 1.0),
-                        gen_length=16, block_length=8, steps=3, batch_size=8, warmup_steps=1,
-                        validation_fraction=0.25, model={"width": 16, "layers": 1, "heads": 2, "ffn": 32})
+    recipe = tiny_recipe(temperatures=(0.0, 1.0), steps=3, validation_fraction=0.25)
     target = load_target(recipe.target)
     first = train(recipe, target, tmp_path / "run1", tmp_path / "out1")
     second = train(recipe, target, tmp_path / "run2", tmp_path / "out2")
@@ -81,15 +88,13 @@ def test_training_is_deterministic_and_records_provenance(tmp_path):
     reloaded = train(recipe, target, tmp_path / "run1", tmp_path / "out3")  # resumes: nothing left to do
     assert reloaded["validation"] == first["validation"]
     assert load_spot(tmp_path / "out1").config.width == 16
-    changed = SpotRecipe(**{**recipe.__dict__, "learning_rate": 0.5})
+    changed = dataclasses.replace(recipe, learning_rate=0.5)
     with pytest.raises(Exception, match="different recipe"):
         train(changed, target, tmp_path / "run1", tmp_path / "out4")
 
 
 def test_training_seed_reseeds_the_network_but_keeps_the_data_and_split(tmp_path):
-    recipe = SpotRecipe(name="t", target="tiny-random:sdar", tasks={"arith": 2}, temperatures=(0.0,),
-                        gen_length=16, block_length=8, steps=2, batch_size=8, warmup_steps=1,
-                        validation_fraction=0.5, model={"width": 16, "layers": 1, "heads": 2, "ffn": 32})
+    recipe = tiny_recipe()
     target = load_target(recipe.target)
     reports = {}
     for training_seed in (None, 0, 1):
@@ -97,7 +102,7 @@ def test_training_seed_reseeds_the_network_but_keeps_the_data_and_split(tmp_path
         run.mkdir()
         if training_seed is not None:  # shares the first run's collection, as the field's docstring says
             (run / DATA_FILE).symlink_to(tmp_path / "runNone" / DATA_FILE)
-        changed = SpotRecipe(**{**recipe.__dict__, "training_seed": training_seed})
+        changed = dataclasses.replace(recipe, training_seed=training_seed)
         reports[training_seed] = train(changed, target, run, tmp_path / f"out{training_seed}")
     weights = {k: (tmp_path / f"out{k}" / WEIGHTS_FILE).read_bytes() for k in reports}
     assert weights[None] == weights[0] and weights[1] != weights[0]
@@ -108,16 +113,14 @@ def test_training_seed_reseeds_the_network_but_keeps_the_data_and_split(tmp_path
 def test_a_run_folder_refuses_data_collected_for_another_recipe(tmp_path):
     from harness.errors import UserError
 
-    recipe = SpotRecipe(name="t", target="tiny-random:sdar", tasks={"arith": 2}, temperatures=(0.0,),
-                        gen_length=16, block_length=8, steps=1, batch_size=8, warmup_steps=1,
-                        validation_fraction=0.5, model={"width": 16, "layers": 1, "heads": 2, "ffn": 32})
+    recipe = tiny_recipe(steps=1)
     target = load_target(recipe.target)
     train(recipe, target, tmp_path / "run", tmp_path / "out")
     (tmp_path / "run" / "train_state.pt").unlink()  # only the collected data is left to guard
-    more_prompts = SpotRecipe(**{**recipe.__dict__, "tasks": {"arith": 3}})
+    more_prompts = dataclasses.replace(recipe, tasks={"arith": 3})
     with pytest.raises(UserError, match="collected for another .* use a new --run-dir"):
         train(more_prompts, target, tmp_path / "run", tmp_path / "out2")
-    longer = SpotRecipe(**{**recipe.__dict__, "steps": 2})
+    longer = dataclasses.replace(recipe, steps=2)
     assert train(longer, target, tmp_path / "run", tmp_path / "out3")["steps"] == 2
 
 
@@ -136,10 +139,7 @@ def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch):
     target = load_target("tiny-random:sdar")
     for decay in (1.0, 0.01):
         drawn[decay] = []
-        recipe = SpotRecipe(name="t", target="tiny-random:sdar", tasks={"arith": 2}, temperatures=(0.0,),
-                            gen_length=16, block_length=8, steps=20, batch_size=16, warmup_steps=1,
-                            depth_decay=decay, validation_fraction=0.5, model={"width": 16, "layers": 1,
-                                                                                "heads": 2, "ffn": 32})
+        recipe = tiny_recipe(steps=20, batch_size=16, depth_decay=decay)
         report = train(recipe, target, tmp_path / f"run{decay}", tmp_path / f"out{decay}")
         assert set(report["validation_depths_0_3"]) == {"loss", "accuracy", "token_accuracy"}
     assert len(drawn[1.0]) == len(drawn[0.01]) == 20 * 16
