@@ -106,9 +106,7 @@ def budget_rows(passes: dict[str, list[tuple[int, int, bool, int]]], train_targe
     excluded): the issue's floor is on that ratio, and its interval (prompts resampled once for all
     arms, the best baseline taken again in every draw) says whether the prompts could explain the gap.
     """
-    import torch
-
-    from harness.bootstrap import interval, resampled_speedups
+    from harness.bootstrap import interval, resampled_speedups, versus_best
 
     plain = [p[0] for p in next(iter(passes.values()))]
     speedup = {arm: sum(plain) / sum(p[1] for p in runs) for arm, runs in passes.items()}
@@ -126,7 +124,7 @@ def budget_rows(passes: dict[str, list[tuple[int, int, bool, int]]], train_targe
             "oracle_fraction": speedup[arm] / speedup["oracle"] if "oracle" in speedup else None,
             "best_baseline": best if versus else None,
             "vs_best_baseline": speedup[arm] / speedup[best] if versus else None,
-            "vs_best_baseline_ci95": interval(draws[arm] / torch.stack([draws[b] for b in baselines]).max(0).values)
+            "vs_best_baseline_ci95": interval(versus_best(draws[arm], [draws[b] for b in baselines]))
             if versus else None,
         })
     return rows

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.bootstrap import interval, resampled_speedups
+from harness.bootstrap import interval, resampled_speedups, versus_best
 
 
 def test_interval_holds_the_speedup_and_narrows_with_more_prompts():
@@ -40,3 +40,8 @@ def test_draws_are_deterministic_by_seed():
 def test_every_arm_needs_one_count_per_prompt():
     with pytest.raises(ValueError, match="one pass count per prompt"):
         resampled_speedups([1, 2], {"a": [1]})
+
+
+def test_versus_best_takes_the_best_baseline_in_each_draw():
+    arm = torch.tensor([3.0, 3.0])
+    assert versus_best(arm, [torch.tensor([1.0, 2.0]), torch.tensor([1.5, 1.0])]).tolist() == [2.0, 1.5]
