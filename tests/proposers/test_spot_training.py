@@ -147,10 +147,58 @@ def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch):
     assert at_depth_0[0.01] > 0.9 and at_depth_0[1.0] < 0.5
 
 
-def test_recipe_rejects_a_depth_decay_outside_zero_one(tmp_path):
+@pytest.mark.parametrize("line, error", [
+    ("depth_decay: 0", r"depth_decay must be in \(0, 1\], not 0"),
+    ("steps: 10\naverage_from: 10", r"average_from must be a step in \[0, steps\) = \[0, 10\), not 10"),
+])
+def test_recipe_rejects_out_of_range_fields(tmp_path, line, error):
     from harness.errors import UserError
 
     path = tmp_path / "r.yaml"
-    path.write_text("name: t\ntarget: sdar-a\ntasks: {arith: 2}\ndepth_decay: 0\n")
-    with pytest.raises(UserError, match=r"depth_decay must be in \(0, 1\], not 0"):
+    path.write_text(f"name: t\ntarget: sdar-a\ntasks: {{arith: 2}}\n{line}\n")
+    with pytest.raises(UserError, match=error):
         SpotRecipe.load(path)
+
+
+def test_init_checkpoint_starts_the_run_from_its_weights(tmp_path):
+    from harness.errors import UserError
+
+    recipe = tiny_recipe()
+    target = load_target(recipe.target)
+    train(recipe, target, tmp_path / "run", tmp_path / "start")
+    frozen = dataclasses.replace(recipe, init_checkpoint=str(tmp_path / "start"), learning_rate=0.0, training_seed=1)
+    report = train(frozen, target, tmp_path / "run-frozen", tmp_path / "frozen")
+    assert (tmp_path / "frozen" / WEIGHTS_FILE).read_bytes() == (tmp_path / "start" / WEIGHTS_FILE).read_bytes()
+    started = report["provenance"]["init_checkpoint"]
+    assert started["folder"] == str(tmp_path / "start") and started["provenance"]["target"] == recipe.target
+    wider = dataclasses.replace(frozen, model=recipe.model | {"width": 32})
+    with pytest.raises(UserError, match="make the recipe's model match it"):
+        train(wider, target, tmp_path / "run-wider", tmp_path / "wider")
+    with pytest.raises(UserError, match="holds no SPOT checkpoint"):
+        train(dataclasses.replace(recipe, init_checkpoint=str(tmp_path)), target, tmp_path / "run-none", tmp_path / "x")
+
+
+def test_average_from_holds_the_learning_rate_and_saves_the_mean_of_the_later_weights(tmp_path, monkeypatch):
+    import proposers.spot_training as training
+
+    learning_rates: list[float] = []
+    weights: list[list[torch.Tensor]] = []
+    real_step = training.optimizer_step
+
+    def recording(optimizer, parameters, loss, lr, grad_clip):
+        parameters = list(parameters)
+        real_step(optimizer, parameters, loss, lr, grad_clip)
+        learning_rates.append(lr)
+        weights.append([p.detach().clone() for p in parameters])
+
+    monkeypatch.setattr(training, "optimizer_step", recording)
+    recipe = tiny_recipe(steps=4, warmup_steps=2, average_from=1, learning_rate=0.01)
+    target = load_target(recipe.target)
+    train(recipe, target, tmp_path / "run", tmp_path / "out")
+    assert learning_rates == pytest.approx([0.005, 0.01, 0.01, 0.01])  # warmup, then held (cosine would fall)
+    expected = [torch.stack(step).mean(0) for step in zip(*weights[1:])]  # after steps 2, 3 and 4
+    saved = list(load_spot(tmp_path / "out").parameters())
+    assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(saved, expected))
+    assert not torch.allclose(saved[0], weights[-1][0])
+    train(recipe, target, tmp_path / "run", tmp_path / "resumed")  # resumes the average, nothing left to do
+    assert (tmp_path / "resumed" / WEIGHTS_FILE).read_bytes() == (tmp_path / "out" / WEIGHTS_FILE).read_bytes()
