@@ -138,10 +138,12 @@ def _exactness_table(summary: list[dict], rows: list[dict]) -> str:
 
 def _accuracy_table(summary: list[dict]) -> str:
     head = ("<tr><th>arm</th><th>n</th><th>accuracy (plain)</th><th>accuracy (spec)</th>"
-            "<th>mean accept len</th><th>speedup nfe</th><th>speedup wall</th><th>stale hit rate</th></tr>")
+            "<th>mean accept len</th><th>speedup nfe (95% over prompts)</th><th>speedup wall</th>"
+            "<th>stale hit rate</th></tr>")
     body = "".join(
         f"<tr><td>{_e(_arm(r))}</td><td>{r['n']}</td><td>{r['accuracy']:.1%}</td><td>{r['spec_accuracy']:.1%}</td>"
-        f"<td>{r['mean_accept_len']:.2f}</td><td>{r['speedup_nfe']:.2f}x</td><td>{_x(r['speedup_wall'])}</td>"
+        f"<td>{r['mean_accept_len']:.2f}</td><td>{r['speedup_nfe']:.2f}x{_interval(r.get('speedup_nfe_ci95'))}</td>"
+        f"<td>{_x(r['speedup_wall'])}</td>"
         f"<td>{_pct(r['stale_hit_rate'])}</td></tr>" for r in summary)
     return f"<table>{head}{body}</table>"
 
@@ -233,6 +235,10 @@ def _text(value: Any) -> str:
 
 def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
+
+
+def _interval(bounds: list[float] | None) -> str:
+    return "" if bounds is None else f" ({bounds[0]:.2f}-{bounds[1]:.2f})"
 
 
 def _pct(value: float | None) -> str:

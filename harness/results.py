@@ -34,9 +34,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness.bootstrap import interval, resampled_speedups
 from harness.errors import UserError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 KEY_FIELDS = ("model", "proposer", "task", "sample_id", "temperature", "rule", "budget", "seed")
 GROUP_FIELDS = ("model", "task", "sample_id", "temperature", "rule", "seed")
 STATUSES = ("running", "complete", "failed")
@@ -76,8 +77,8 @@ SUMMARY_SCHEMA = pa.schema(
     [
         ("model", _S), ("proposer", _S), ("task", _S), ("temperature", _F), ("rule", _S),
         ("budget", _I), ("n", _I), ("exact_rate", _F), ("lossless_rate", _F), ("speedup_nfe", _F),
-        ("speedup_wall", _F), ("mean_accept_len", _F), ("accuracy", _F), ("correct", _I),
-        ("spec_accuracy", _F), ("plain_nfe_per_token", _F), ("spec_nfe_per_token", _F),
+        ("speedup_nfe_ci95", pa.list_(_F)), ("speedup_wall", _F), ("mean_accept_len", _F), ("accuracy", _F),
+        ("correct", _I), ("spec_accuracy", _F), ("plain_nfe_per_token", _F), ("spec_nfe_per_token", _F),
         ("stale_hit_rate", _F),
     ],
     metadata={"spotbench_schema_version": str(SCHEMA_VERSION)},
@@ -204,7 +205,8 @@ class RunDir:
 
 def summarize(rows: pa.Table) -> pa.Table:
     """One row per arm over samples and seeds. Speedups and acceptance are ratios of sums (a long
-    generation weighs more than a short one, as in throughput), not means of per-sample ratios."""
+    generation weighs more than a short one, as in throughput), not means of per-sample ratios.
+    `speedup_nfe_ci95` resamples prompts (a prompt's seeds stay together: they share its text)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows.to_pylist():
         groups.setdefault(tuple(row[f] for f in SUMMARY_KEY), []).append(row)
@@ -221,6 +223,7 @@ def summarize(rows: pa.Table) -> pa.Table:
             "exact_rate": sum(r["exact"] for r in members) / n,
             "lossless_rate": sum(r["verdict"] != "logic-error" for r in members) / n,
             "speedup_nfe": total["plain_nfe"] / total["spec_nfe"],
+            "speedup_nfe_ci95": list(speedup_interval(members)),
             "speedup_wall": total["plain_wall_s"] / total["spec_wall_s"] if total["spec_wall_s"] else None,
             "mean_accept_len": total["spec_commits"] / total["spec_nfe"],
             "accuracy": correct / n,
@@ -231,6 +234,16 @@ def summarize(rows: pa.Table) -> pa.Table:
             "stale_hit_rate": sum(stale) / len(stale) if stale else None,
         })
     return pa.Table.from_pylist(out, schema=SUMMARY_SCHEMA)
+
+
+def speedup_interval(members: list[dict[str, Any]]) -> tuple[float, float]:
+    """95% interval of an arm's speedup_nfe over resampled prompts (harness/bootstrap.py)."""
+    per_prompt: dict[str, tuple[int, int]] = {}
+    for row in members:
+        plain, spec = per_prompt.get(row["sample_id"], (0, 0))
+        per_prompt[row["sample_id"]] = (plain + row["plain_nfe"], spec + row["spec_nfe"])
+    plain_nfe, spec_nfe = zip(*per_prompt.values())
+    return interval(resampled_speedups(plain_nfe, {"arm": spec_nfe})["arm"])
 
 
 def git_revision() -> str | None:

@@ -76,15 +76,16 @@ def run(args: argparse.Namespace) -> int:
 
 COLUMNS = [("model", "{}"), ("task", "{}"), ("T", "{:g}"), ("rule", "{}"), ("proposer", "{}"),
            ("budget", "{}"), ("n", "{}"), ("exact", "{:.0%}"), ("accept", "{:.2f}"),
-           ("speedup_nfe", "{:.2f}x"), ("speedup_wall", "{:.2f}x"), ("accuracy", "{:.1%}")]
-FIELDS = {"T": "temperature", "exact": "exact_rate", "accept": "mean_accept_len"}
+           ("speedup_nfe", "{:.2f}x"), ("95% interval", "{0[0]:.2f}-{0[1]:.2f}"), ("speedup_wall", "{:.2f}x"),
+           ("accuracy", "{:.1%}")]
+FIELDS = {"T": "temperature", "exact": "exact_rate", "accept": "mean_accept_len", "95% interval": "speedup_nfe_ci95"}
 
 
 def render_summary(rows: list[dict]) -> str:
     """The summary as an aligned text table (one line per arm)."""
     cells = [[name for name, _ in COLUMNS]]
     for row in rows:
-        cells.append([_fmt(fmt, row[FIELDS.get(name, name)]) for name, fmt in COLUMNS])
+        cells.append([_fmt(fmt, row.get(FIELDS.get(name, name))) for name, fmt in COLUMNS])
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)
 

@@ -8,7 +8,7 @@ import pytest
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
 from harness.errors import UserError
-from harness.results import ROW_SCHEMA, SCHEMA_VERSION, RunDir, group_id, summarize
+from harness.results import ROW_SCHEMA, SCHEMA_VERSION, RunDir, group_id, speedup_interval, summarize
 from tasks.registry import get_task
 
 SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence", "oracle"), limit=2, temperatures=(0.0,),
@@ -92,6 +92,8 @@ def test_summary_is_ratios_of_sums_per_arm(tmp_path, groups) -> None:
     arm = [r for r in rows if (r["proposer"], r["budget"]) == ("confidence", 4)]
     expected = sum(r["plain_nfe"] for r in arm) / sum(r["spec_nfe"] for r in arm)
     assert summary["confidence", 4]["speedup_nfe"] == pytest.approx(expected)
+    low, high = summary["confidence", 4]["speedup_nfe_ci95"]
+    assert low <= expected <= high
     assert summary["confidence", 4]["exact_rate"] == 1.0
     assert summary["confidence", 0]["speedup_nfe"] == 1.0
 
@@ -99,6 +101,14 @@ def test_summary_is_ratios_of_sums_per_arm(tmp_path, groups) -> None:
     worst = summarize(pa.Table.from_pylist(broken, schema=ROW_SCHEMA)).to_pylist()
     assert sorted(r["exact_rate"] for r in worst)[0] == 0.5
     assert pq.read_table(tmp_path / "run" / "summary.parquet").num_rows == 4
+
+
+def test_speedup_interval_resamples_prompts_with_their_seeds_together() -> None:
+    # Prompt a: seeds at 2x and 1x, b: 1x twice. Drawing prompts, the highest draw is a twice, 4/3;
+    # drawing rows, a's 2x seed three times of four (5% of draws) would push the top past 1.5.
+    rows = [{"sample_id": "a", "plain_nfe": 10, "spec_nfe": 5}, {"sample_id": "a", "plain_nfe": 10, "spec_nfe": 10},
+            {"sample_id": "b", "plain_nfe": 10, "spec_nfe": 10}, {"sample_id": "b", "plain_nfe": 10, "spec_nfe": 10}]
+    assert speedup_interval(rows) == pytest.approx((1.0, 4 / 3))
 
 
 def test_exact_mode_rows_are_float64_and_exact() -> None:
