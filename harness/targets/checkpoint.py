@@ -188,7 +188,10 @@ def _read_weights(
         try:
             with safe_open(str(path), framework="pt") as handle:
                 for name in published:
-                    state |= _split(handle.get_tensor(name), name, names[name], shapes, path, dtype)
+                    parts = _split(handle.get_tensor(name), name, names[name], shapes, path, dtype)
+                    # Fresh, aligned memory: safetensors may hand back tensors at any byte offset of
+                    # the file, and CPU kernels round differently on unaligned rows (last-bit logits).
+                    state |= {ours: part.clone() for ours, part in parts.items()}
         except SafetensorError as error:
             raise UserError(f"{path}: not a readable safetensors file ({error})") from None
     return state
