@@ -85,7 +85,7 @@ def render_summary(rows: list[dict]) -> str:
     """The summary as an aligned text table (one line per arm)."""
     cells = [[name for name, _ in COLUMNS]]
     for row in rows:
-        cells.append([_fmt(fmt, row.get(FIELDS.get(name, name))) for name, fmt in COLUMNS])
+        cells.append([_fmt(fmt, row[FIELDS.get(name, name)]) for name, fmt in COLUMNS])
     widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)
 

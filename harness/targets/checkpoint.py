@@ -188,10 +188,7 @@ def _read_weights(
         try:
             with safe_open(str(path), framework="pt") as handle:
                 for name in published:
-                    parts = _split(handle.get_tensor(name), name, names[name], shapes, path, dtype)
-                    # Fresh, aligned memory: safetensors may hand back tensors at any byte offset of
-                    # the file, and CPU kernels round differently on unaligned rows (last-bit logits).
-                    state |= {ours: part.clone() for ours, part in parts.items()}
+                    state |= _split(handle.get_tensor(name), name, names[name], shapes, path, dtype)
         except SafetensorError as error:
             raise UserError(f"{path}: not a readable safetensors file ({error})") from None
     return state
@@ -212,7 +209,9 @@ def _split(
         raise UserError(f"{path}: tensor {name} has shape {list(tensor.shape)}, "
                         f"but {CONFIG} implies {list(expected)}")
     pieces = tensor.to(dtype).split([p[0] for p in parts])
-    return {o: piece.contiguous() for o, piece in zip(ours, pieces)}
+    # A copy even where the piece is already contiguous: safetensors may hand back a tensor at any
+    # byte offset of the file, and CPU kernels round differently on unaligned rows (last-bit logits).
+    return {o: piece.clone(memory_format=torch.contiguous_format) for o, piece in zip(ours, pieces)}
 
 
 def _write_weights(folder: Path, tensors: dict[str, Tensor], max_shard_bytes: int | None) -> None:
