@@ -150,6 +150,7 @@ def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch):
 @pytest.mark.parametrize("line, error", [
     ("depth_decay: 0", r"depth_decay must be in \(0, 1\], not 0"),
     ("steps: 10\naverage_from: 10", r"average_from must be a step in \[0, steps\) = \[0, 10\), not 10"),
+    ("distill_weight: 1.5", r"distill_weight must be in \[0, 1\], not 1.5"),
 ])
 def test_recipe_rejects_out_of_range_fields(tmp_path, line, error):
     from harness.errors import UserError
@@ -202,3 +203,72 @@ def test_average_from_holds_the_learning_rate_and_saves_the_mean_of_the_later_we
     assert not torch.allclose(saved[0], weights[-1][0])
     train(recipe, target, tmp_path / "run", tmp_path / "resumed")  # resumes the average, nothing left to do
     assert (tmp_path / "resumed" / WEIGHTS_FILE).read_bytes() == (tmp_path / "out" / WEIGHTS_FILE).read_bytes()
+
+
+def test_distillation_loss_is_the_cross_entropy_from_the_teachers_mixture():
+    from proposers.spot import SpotNet
+    from proposers.spot_training import Views, batch_loss
+
+    target = load_target("tiny-random:sdar")
+    views, _ = collect(target, PROMPT, 16, 8, 1.0, 4, SpotConfig(max_depth=5))
+    data = Views.cat([views])
+    index = torch.arange(data["label"].numel())
+    config = SpotConfig(width=16, layers=1, heads=2, ffn=32, max_depth=5)
+    torch.manual_seed(0)
+    student, first, second = SpotNet(config), SpotNet(config), SpotNet(config)
+    inputs = (data["static"][data["view"]], data["candidate"], data["ages"].long(), data["depth"], data["temperature"])
+
+    def joint(net):  # P(position) * P(token outcome | position), in probabilities
+        position, token = net(*inputs)
+        return position.exp()[..., None] * token.exp()
+
+    mixture = (joint(first) + joint(second)) / 2
+    assert torch.allclose(mixture.sum((1, 2)), torch.ones(index.numel()))
+    logs = joint(student).log()
+    expected_soft = -torch.where(mixture > 0, mixture * logs, 0.0).sum((1, 2)).mean()
+    hard, _, _ = batch_loss(student, data, index)
+    soft, _, _ = batch_loss(student, data, index, [first, second], 1.0)
+    mixed, _, _ = batch_loss(student, data, index, [first, second], 0.25)
+    assert soft.item() == pytest.approx(expected_soft.item(), rel=1e-5)
+    assert mixed.item() == pytest.approx(0.75 * hard.item() + 0.25 * expected_soft.item(), rel=1e-5)
+    assert soft.item() != pytest.approx(hard.item(), rel=1e-3)
+
+
+def test_teachers_pull_the_student_towards_their_mixture(tmp_path):
+    from harness.errors import UserError
+    from proposers.spot import SpotNet, save_spot
+    from proposers.spot_training import Views, joint_logp, mixture_joint_logp
+
+    recipe = tiny_recipe(steps=20, learning_rate=0.01, validation_fraction=0.5)
+    target = load_target(recipe.target)
+    train(recipe, target, tmp_path / "run", tmp_path / "trained")
+    torch.manual_seed(5)  # a teacher far from what the recorded commits teach: random, loud, no confidence prior
+    teacher = SpotNet(SpotConfig(**recipe.model))
+    with torch.no_grad():
+        teacher.head.weight.mul_(50.0)
+        teacher.token_head.weight.mul_(50.0)
+        teacher.confidence_weight.zero_()
+    save_spot(teacher, tmp_path / "teacher", {"provenance": {"seed": 5}})
+    data = Views.cat(torch.load(tmp_path / "run" / DATA_FILE, weights_only=False)["parts"])
+    inputs = (data["static"][data["view"]], data["candidate"], data["ages"].long(), data["depth"], data["temperature"])
+    aim = mixture_joint_logp([teacher.eval()], inputs)
+
+    def divergence(folder):  # KL(teacher || student) over (position, token outcome), mean per example
+        with torch.no_grad():
+            student = joint_logp(*load_spot(folder)(*inputs))
+        return float(torch.where(aim.isfinite(), aim.exp() * (aim - student), 0.0).sum((1, 2)).mean())
+
+    reports = {}
+    for weight in (0.0, 1.0):
+        taught = dataclasses.replace(recipe, init_checkpoint=str(tmp_path / "trained"), training_seed=1,
+                                     teachers=(str(tmp_path / "teacher"),), distill_weight=weight)
+        run = tmp_path / f"run{weight}"
+        run.mkdir()
+        (run / DATA_FILE).symlink_to(tmp_path / "run" / DATA_FILE)
+        reports[weight] = train(taught, target, run, tmp_path / f"student{weight}")
+    assert divergence(tmp_path / "student1.0") < 0.5 * divergence(tmp_path / "student0.0")
+    assert divergence(tmp_path / "student1.0") < 0.5 * divergence(tmp_path / "trained")
+    taught_by = reports[1.0]["provenance"]["teachers"]
+    assert [t["folder"] for t in taught_by] == [str(tmp_path / "teacher")] and taught_by[0]["provenance"]["seed"] == 5
+    with pytest.raises(UserError, match="teacher .* holds no SPOT checkpoint"):
+        train(dataclasses.replace(recipe, teachers=(str(tmp_path),)), target, tmp_path / "run-none", tmp_path / "x")
