@@ -130,10 +130,10 @@ def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch):
     drawn: dict[float, list[int]] = {}
     real_loss = training.batch_loss
 
-    def recording(net, data, index):
+    def recording(net, data, index, *teaching):
         if net.training:
             drawn[decay].extend(data["depth"][index].tolist())
-        return real_loss(net, data, index)
+        return real_loss(net, data, index, *teaching)
 
     monkeypatch.setattr(training, "batch_loss", recording)
     target = load_target("tiny-random:sdar")
