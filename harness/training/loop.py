@@ -34,12 +34,27 @@ def optimizer_step(optimizer: torch.optim.Optimizer, parameters: Iterable[Tensor
     optimizer.step()
 
 
+def same_recipe(saved: dict, recipe: Any) -> bool:
+    """Whether a run saved with recipe `saved` (a dict) is a run of `recipe`. A field added since the
+    run started counts as its default: the run could not have set it."""
+    fields = {f.name: f for f in dataclasses.fields(recipe)}
+    if not set(saved) <= set(fields):
+        return False
+    current = dataclasses.asdict(recipe)
+    for name, f in fields.items():
+        if name not in saved:
+            default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+            if default is dataclasses.MISSING or current[name] != default:
+                return False
+    return all(saved[name] == current[name] for name in saved)
+
+
 def load_state(path: Path, recipe: Any, fix: str) -> dict | None:
     """The training state saved at `path` (None if there is none); one of another recipe is refused."""
     if not path.exists():
         return None
     state = torch.load(path, weights_only=False)
-    if state["recipe"] != dataclasses.asdict(recipe):
+    if not same_recipe(state["recipe"], recipe):
         raise UserError(f"{path.parent} holds a run of a different recipe; {fix}")
     return state
 

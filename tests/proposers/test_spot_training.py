@@ -93,6 +93,27 @@ def test_training_is_deterministic_and_records_provenance(tmp_path):
         train(changed, target, tmp_path / "run1", tmp_path / "out4")
 
 
+def test_a_run_saved_before_a_recipe_field_existed_resumes_as_its_default(tmp_path):
+    from harness.errors import UserError
+
+    recipe = tiny_recipe()
+    target = load_target(recipe.target)
+    train(recipe, target, tmp_path / "run", tmp_path / "out")
+    state_path = tmp_path / "run" / "train_state.pt"
+    state = torch.load(state_path, weights_only=False)
+    del state["recipe"]["teachers"], state["recipe"]["distill_weight"]  # as saved before they existed
+    torch.save(state, state_path)
+    assert train(recipe, target, tmp_path / "run", tmp_path / "resumed")["steps"] == recipe.steps
+    assert (tmp_path / "resumed" / WEIGHTS_FILE).read_bytes() == (tmp_path / "out" / WEIGHTS_FILE).read_bytes()
+    taught = dataclasses.replace(recipe, teachers=(str(tmp_path / "out"),))
+    with pytest.raises(UserError, match="different recipe"):
+        train(taught, target, tmp_path / "run", tmp_path / "taught")
+    state["recipe"]["removed_field"] = 1
+    torch.save(state, state_path)
+    with pytest.raises(UserError, match="different recipe"):
+        train(recipe, target, tmp_path / "run", tmp_path / "again")
+
+
 def test_training_seed_reseeds_the_network_but_keeps_the_data_and_split(tmp_path):
     recipe = tiny_recipe()
     target = load_target(recipe.target)
