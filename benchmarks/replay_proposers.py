@@ -12,7 +12,7 @@ budget, why its passes stopped (`harness.decoding.replay.stop_reason`): at a lea
 no child drafted, on a drafted position with another token, or with nothing drafted.
 
     python benchmarks/replay_proposers.py --targets sdar-a,dream-a --tasks arith,gsm8k --limit 40 \\
-        --proposers confidence,confidence-branch,spot --checkpoints /tmp/my-spot
+        --proposers confidence,confidence-branch,spot --checkpoints /tmp/my-spot,/tmp/run1+/tmp/run2
 
 Choosing between checkpoints on test prompts makes the test numbers optimistic: `--split train
 --start N` replays train prompts past the ones a recipe collected (sdar-a's zoo recipe uses arith
@@ -30,7 +30,7 @@ from harness.decoding import DecodeConfig, parse_rule, plain_decode
 from harness.decoding.replay import LEAF, NO_DRAFT, POSITION, TOKEN, Replay, replay
 from harness.targets.registry import load_target
 from proposers import build_proposer
-from proposers.spot import SpotProposer, load_spot
+from proposers.spot import SpotEnsemble, SpotNet, SpotProposer, load_spot
 from tasks.base import prompt_ids
 from tasks.registry import get_task
 
@@ -53,6 +53,12 @@ def versus_best_column(arm: str, speedups: dict, draws: dict, budgets: list[int]
     return " ".join(cells)
 
 
+def load_checkpoints(spec: str) -> SpotNet | SpotEnsemble:
+    """One checkpoint folder, or several joined by '+' as one ensemble."""
+    nets = [load_spot(folder) for folder in spec.split("+")]
+    return nets[0] if len(nets) == 1 else SpotEnsemble(nets)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", default="sdar-a,dream-a,sdar-b,llada-a")
@@ -64,14 +70,15 @@ def main() -> None:
     parser.add_argument("--budgets", default="4,8,16")
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--proposers", default="confidence,confidence-branch,spot")
-    parser.add_argument("--checkpoints", default="", help="comma-separated SPOT checkpoint folders")
+    parser.add_argument("--checkpoints", default="", help="comma-separated SPOT checkpoint folders; "
+                        "DIR1+DIR2 is one arm, the ensemble of both (proposers.spot.SpotEnsemble)")
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--stops", action="store_true", help="also print why each arm's passes stopped")
     args = parser.parse_args()
     budgets = [int(b) for b in args.budgets.split(",")]
     names = args.proposers.split(",")
-    nets = {Path(c).name: load_spot(c) for c in args.checkpoints.split(",") if c}
+    nets = {"+".join(Path(f).name for f in c.split("+")): load_checkpoints(c) for c in args.checkpoints.split(",") if c}
     print(f"{'target':8s} {'task':6s} {'T':>3s} {'proposer':18s} " + " ".join(f"b={b:<5d}" for b in budgets)
           + "  vs best confidence")
     for target_name in args.targets.split(","):

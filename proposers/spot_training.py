@@ -37,10 +37,12 @@ from proposers.spot import (
     RUNNER_UP,
     TOP,
     SpotConfig,
+    SpotEnsemble,
     SpotNet,
     StaleView,
     candidates,
     commit,
+    joint_logp,
     load_spot,
     root_ages,
     save_spot,
@@ -234,18 +236,6 @@ def collect_all(recipe: SpotRecipe, target: DLMTarget) -> tuple[list[Views], lis
     return parts, sources
 
 
-def joint_logp(position_logp: Tensor, token_logp: Tensor) -> Tensor:
-    """[N, B, 3] log P(next position, token outcome there): what a tree node's child costs."""
-    return position_logp[..., None] + token_logp
-
-
-def mixture_joint_logp(teachers: Sequence[SpotNet], inputs: tuple[Tensor, ...]) -> Tensor:
-    """The teachers' mean joint distribution, i.e. an inference ensemble's."""
-    with torch.no_grad():
-        joints = torch.stack([joint_logp(*teacher(*inputs)) for teacher in teachers])
-        return joints.logsumexp(0) - torch.log(torch.tensor(float(len(teachers))))
-
-
 def batch_loss(net: SpotNet, data: dict[str, Tensor], index: Tensor, teachers: Sequence[SpotNet] = (),
                distill_weight: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
     """Mean NLL of the next committed position plus that of its token outcome (with teachers, mixed
@@ -258,7 +248,8 @@ def batch_loss(net: SpotNet, data: dict[str, Tensor], index: Tensor, teachers: S
     at_label = token_logp[torch.arange(index.numel()), label]
     loss = -position_logp.gather(1, label[:, None]).mean() - at_label.gather(1, token[:, None]).mean()
     if teachers:
-        teacher = mixture_joint_logp(teachers, inputs)
+        with torch.no_grad():
+            teacher = joint_logp(*SpotEnsemble(list(teachers))(*inputs))
         student = joint_logp(position_logp, token_logp)
         soft = -torch.where(teacher.isfinite(), teacher.exp() * student, 0.0).sum((1, 2)).mean()
         loss = (1 - distill_weight) * loss + distill_weight * soft

@@ -27,6 +27,7 @@ from proposers.spot import (
     STATIC_FEATURES,
     TOP,
     SpotConfig,
+    SpotEnsemble,
     SpotNet,
     SpotProposer,
     StaleView,
@@ -71,6 +72,29 @@ def test_speculative_equals_plain_in_exactness_mode(family, temperature, budget,
     assert check_lossless(reference, spec, near_tie_tolerance(torch.float64)).exact
     assert spec.steps == reference.steps and torch.equal(spec.tokens, reference.tokens)
     assert spec.metrics.nfe <= reference.metrics.nfe and spec.metrics.draft_nodes > 0
+
+
+def test_an_ensemble_is_the_mixture_of_its_members_joint_distributions_and_stays_lossless():
+    target = exact_target("sdar")
+    req = request(target, 1.0, 5)
+    view = StaleView.of(req.stale, 1.0, target.mask_id)
+    inputs = (static_features(view)[None], candidates(view, req.noise(req.step), req.rule).features[None],
+              root_ages(req.root, target.mask_id, req.history, 16)[None], torch.tensor([0]), torch.tensor([1.0]))
+    members = [random_net(0), random_net(7)]
+    position, token = SpotEnsemble(members)(*inputs)
+    outputs = [(p.exp(), t.exp()) for p, t in (net(*inputs) for net in members)]
+    assert torch.allclose(position.exp(), (outputs[0][0] + outputs[1][0]) / 2)
+    joint = sum(p[..., None] * t for p, t in outputs) / 2  # in probabilities, by hand
+    assert torch.allclose(position.exp()[..., None] * token.exp(), joint, atol=1e-7)
+    assert not token.isnan().any() and torch.allclose(token.exp().sum(-1), torch.ones(1, 8))
+    alone = SpotEnsemble(members[:1])(*inputs)
+    assert all(torch.allclose(a, b) for a, b in zip(alone, members[0](*inputs)))
+    cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, 1.0, 3)
+    reference = plain_decode(target, PROMPTS[0], cfg)
+    spec = speculative_decode(target, PROMPTS[0], SpotProposer(SpotEnsemble(members)), cfg, 6)
+    assert spec.steps == reference.steps and torch.equal(spec.tokens, reference.tokens)
+    with pytest.raises(ValueError, match="share max_age"):
+        SpotEnsemble([members[0], SpotNet(SpotConfig(max_age=4))])
 
 
 def request(target: DLMTarget, temperature: float, budget: int, committed: int = 2) -> DraftRequest:

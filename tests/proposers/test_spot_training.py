@@ -258,7 +258,8 @@ def test_distillation_loss_is_the_cross_entropy_from_the_teachers_mixture():
 def test_teachers_pull_the_student_towards_their_mixture(tmp_path):
     from harness.errors import UserError
     from proposers.spot import SpotNet, save_spot
-    from proposers.spot_training import Views, joint_logp, mixture_joint_logp
+    from proposers.spot import SpotEnsemble, joint_logp
+    from proposers.spot_training import Views
 
     recipe = tiny_recipe(steps=20, learning_rate=0.01, validation_fraction=0.5)
     target = load_target(recipe.target)
@@ -272,7 +273,8 @@ def test_teachers_pull_the_student_towards_their_mixture(tmp_path):
     save_spot(teacher, tmp_path / "teacher", {"provenance": {"seed": 5}})
     data = Views.cat(torch.load(tmp_path / "run" / DATA_FILE, weights_only=False)["parts"])
     inputs = (data["static"][data["view"]], data["candidate"], data["ages"].long(), data["depth"], data["temperature"])
-    aim = mixture_joint_logp([teacher.eval()], inputs)
+    with torch.no_grad():
+        aim = joint_logp(*SpotEnsemble([teacher.eval()])(*inputs))
 
     def divergence(folder):  # KL(teacher || student) over (position, token outcome), mean per example
         with torch.no_grad():
