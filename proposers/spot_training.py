@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,9 +84,8 @@ class SpotRecipe:
     weights along one run is a cheap ensemble, and an inference ensemble of three training runs
     saved 1-3% more passes than each of them at three times the parameters (docs/spot.md)."""
     teachers: tuple[str, ...] = ()
-    """SPOT checkpoint folders whose mixture is a soft label (distillation). Why: averaging three
-    training runs' probabilities at inference saved 1-3% more passes than each run, at three times
-    the parameters (docs/spot.md); a student trained on the mixture keeps one network's size."""
+    """SPOT checkpoint folders whose ensemble (`SpotEnsemble`) is a soft label: distillation, so that
+    one network of the usual size learns what an ensemble of training runs knows."""
     distill_weight: float = 0.5
     """With teachers, the loss is (1 - w) * the recorded commits' NLL + w * the cross-entropy from
     the teachers' mixture over (next position, token outcome), the pair whose probability the tree
@@ -236,10 +234,10 @@ def collect_all(recipe: SpotRecipe, target: DLMTarget) -> tuple[list[Views], lis
     return parts, sources
 
 
-def batch_loss(net: SpotNet, data: dict[str, Tensor], index: Tensor, teachers: Sequence[SpotNet] = (),
+def batch_loss(net: SpotNet, data: dict[str, Tensor], index: Tensor, teacher: SpotEnsemble | None = None,
                distill_weight: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
-    """Mean NLL of the next committed position plus that of its token outcome (with teachers, mixed
-    with the cross-entropy from their joint distribution); and the number of positions and of token
+    """Mean NLL of the next committed position plus that of its token outcome (with a teacher, mixed
+    with the cross-entropy from its joint distribution); and the number of positions and of token
     outcomes predicted right (argmax)."""
     inputs = (data["static"][data["view"][index]], data["candidate"][index], data["ages"][index].long(),
               data["depth"][index], data["temperature"][index])
@@ -247,11 +245,11 @@ def batch_loss(net: SpotNet, data: dict[str, Tensor], index: Tensor, teachers: S
     label, token = data["label"][index], data["token"][index].long()
     at_label = token_logp[torch.arange(index.numel()), label]
     loss = -position_logp.gather(1, label[:, None]).mean() - at_label.gather(1, token[:, None]).mean()
-    if teachers:
+    if teacher is not None:
         with torch.no_grad():
-            teacher = joint_logp(*SpotEnsemble(list(teachers))(*inputs))
+            aim = joint_logp(*teacher(*inputs))
         student = joint_logp(position_logp, token_logp)
-        soft = -torch.where(teacher.isfinite(), teacher.exp() * student, 0.0).sum((1, 2)).mean()
+        soft = -torch.where(aim.isfinite(), aim.exp() * student, 0.0).sum((1, 2)).mean()
         loss = (1 - distill_weight) * loss + distill_weight * soft
     return loss, (position_logp.argmax(1) == label).sum(), (at_label.argmax(1) == token).sum()
 
@@ -292,8 +290,26 @@ def initial_weights(folder: str, config: SpotConfig) -> tuple[dict[str, Tensor],
     return start.state_dict(), record
 
 
+def teachers_of(recipe: SpotRecipe, config: SpotConfig) -> tuple[SpotEnsemble | None, list[dict]]:
+    """The recipe's teachers as one ensemble (None without teachers), and the record of each."""
+    nets, records = [], []
+    for folder in recipe.teachers:
+        net, record = checkpoint_at(folder, "teacher")
+        if net.config.max_age != config.max_age:
+            raise UserError(f"teacher {folder} dates commits up to max_age {net.config.max_age}, the recipe's "
+                            f"model up to {config.max_age}; use teachers trained with the recipe's max_age")
+        nets.append(net)
+        records.append(record)
+    return (SpotEnsemble(nets).eval() if nets else None), records
+
+
 def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -> dict:
     """Collect (or reuse the run folder's data), train (or resume), save the checkpoint to `out_dir`."""
+    config = SpotConfig(**recipe.model)
+    started_from = None  # the checkpoints the recipe names are checked before the long collection
+    if recipe.init_checkpoint is not None:
+        weights, started_from = initial_weights(recipe.init_checkpoint, config)
+    teacher, taught_by = teachers_of(recipe, config)
     run_dir.mkdir(parents=True, exist_ok=True)
     data_path = run_dir / DATA_FILE
     collection = collection_of(recipe)
@@ -312,16 +328,9 @@ def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -
     training = Views.cat([parts[i] for i in split[held:].tolist()])
     training_seed = recipe.seed if recipe.training_seed is None else recipe.training_seed
     torch.manual_seed(training_seed)
-    net = SpotNet(SpotConfig(**recipe.model))
-    started_from = None
+    net = SpotNet(config)
     if recipe.init_checkpoint is not None:
-        weights, started_from = initial_weights(recipe.init_checkpoint, net.config)
         net.load_state_dict(weights)
-    teachers, taught_by = [], []
-    for folder in recipe.teachers:
-        teacher, record = checkpoint_at(folder, "teacher")
-        teachers.append(teacher.eval())
-        taught_by.append(record)
     averaged = None if recipe.average_from is None else AveragedModel(net)
     optimizer = torch.optim.AdamW(net.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
     order = torch.Generator().manual_seed(training_seed + 1)
@@ -341,7 +350,7 @@ def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -
     net.train()
     while step < recipe.steps:
         index = torch.multinomial(draw, recipe.batch_size, replacement=True, generator=order)
-        loss, _, _ = batch_loss(net, training, index, teachers, recipe.distill_weight)
+        loss, _, _ = batch_loss(net, training, index, teacher, recipe.distill_weight)
         held = step if recipe.average_from is None else min(step, recipe.average_from)
         lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, held)
         optimizer_step(optimizer, net.parameters(), loss, lr, grad_clip=1.0)

@@ -227,7 +227,7 @@ def test_average_from_holds_the_learning_rate_and_saves_the_mean_of_the_later_we
 
 
 def test_distillation_loss_is_the_cross_entropy_from_the_teachers_mixture():
-    from proposers.spot import SpotNet
+    from proposers.spot import SpotEnsemble, SpotNet
     from proposers.spot_training import Views, batch_loss
 
     target = load_target("tiny-random:sdar")
@@ -248,8 +248,8 @@ def test_distillation_loss_is_the_cross_entropy_from_the_teachers_mixture():
     logs = joint(student).log()
     expected_soft = -torch.where(mixture > 0, mixture * logs, 0.0).sum((1, 2)).mean()
     hard, _, _ = batch_loss(student, data, index)
-    soft, _, _ = batch_loss(student, data, index, [first, second], 1.0)
-    mixed, _, _ = batch_loss(student, data, index, [first, second], 0.25)
+    soft, _, _ = batch_loss(student, data, index, SpotEnsemble([first, second]), 1.0)
+    mixed, _, _ = batch_loss(student, data, index, SpotEnsemble([first, second]), 0.25)
     assert soft.item() == pytest.approx(expected_soft.item(), rel=1e-5)
     assert mixed.item() == pytest.approx(0.75 * hard.item() + 0.25 * expected_soft.item(), rel=1e-5)
     assert soft.item() != pytest.approx(hard.item(), rel=1e-3)
@@ -295,3 +295,6 @@ def test_teachers_pull_the_student_towards_their_mixture(tmp_path):
     assert [t["folder"] for t in taught_by] == [str(tmp_path / "teacher")] and taught_by[0]["provenance"]["seed"] == 5
     with pytest.raises(UserError, match="teacher .* holds no SPOT checkpoint"):
         train(dataclasses.replace(recipe, teachers=(str(tmp_path),)), target, tmp_path / "run-none", tmp_path / "x")
+    other_ages = dataclasses.replace(recipe, teachers=(str(tmp_path / "teacher"),), model=recipe.model | {"max_age": 4})
+    with pytest.raises(UserError, match="use teachers trained with the recipe's max_age"):
+        train(other_ages, target, tmp_path / "run-ages", tmp_path / "y")
