@@ -18,7 +18,7 @@ import torch
 
 from harness.targets.registry import load_target
 from proposers.spot import MASKED, SpotConfig, SpotNet, load_spot
-from proposers.spot_training import Views, collect
+from proposers.spot_collection import Views, collect
 from tasks.base import prompt_ids
 from tasks.registry import get_task
 

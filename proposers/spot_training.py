@@ -1,12 +1,6 @@
-"""Training SPOT on plain trajectories of one target: collection, examples, a resumable loop.
+"""Training SPOT on plain trajectories of one target: the recipe, the loss, a resumable loop.
 
-Collection decodes training prompts plainly (top1) and keeps, per pass, only what the proposer may
-see (top-k summary features of the logits and the candidate features at each future depth's noise),
-never full logits, plus the committed position and token. An example at depth d is what the proposer
-sees at a tree node d commits below the root: the stale view of the pass before the root, the
-positions committed up to the root, the d hypothesized commits since, and as labels the position the
-target commits next and whether it commits the stale candidate there, the runner-up or neither.
-Full-attention targets also yield the block-start view (the `following` logits).
+The examples come from `proposers.spot_collection`.
 
 Training is deterministic by the recipe's seed; the run folder keeps the collected data and a
 `train_state.pt` every `checkpoint_every` steps, so an interrupted run resumes where it stopped.
@@ -24,29 +18,13 @@ from torch import Tensor
 from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
-from harness.decoding import NoiseSource, parse_rule
 from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.results import git_revision
 from harness.targets.target import DLMTarget
 from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
-from proposers.spot import (
-    CONFIG_FILE,
-    NEITHER,
-    RUNNER_UP,
-    TOP,
-    SpotConfig,
-    SpotEnsemble,
-    SpotNet,
-    StaleView,
-    candidates,
-    commit,
-    joint_logp,
-    load_spot,
-    root_ages,
-    save_spot,
-    static_features,
-)
+from proposers.spot import CONFIG_FILE, SpotConfig, SpotEnsemble, SpotNet, joint_logp, load_spot, save_spot
+from proposers.spot_collection import Views, collect_all, collection_of
 
 DATA_FILE = "trajectories.pt"
 STATE_FILE = "train_state.pt"
@@ -109,129 +87,6 @@ class SpotRecipe:
     @staticmethod
     def load(path: str | Path) -> SpotRecipe:
         return load_recipe(SpotRecipe, path)
-
-
-@dataclass
-class Views:
-    """The stale views of one generation and the examples they yield (tensors, stackable)."""
-
-    static: Tensor
-    """[views, B, S] per view."""
-    view: Tensor
-    """[examples] the view each example reads."""
-    candidate: Tensor
-    """[examples, B, C] candidate features at the example's depth."""
-    ages: Tensor
-    """[examples, B] commit ages at the example's node (see proposers.spot)."""
-    depth: Tensor
-    label: Tensor
-    """[examples] the position the target commits next."""
-    token: Tensor
-    """[examples] which stale candidate it commits there (TOP, RUNNER_UP or NEITHER)."""
-    temperature: float
-
-    @staticmethod
-    def cat(parts: list[Views]) -> dict[str, Tensor]:
-        offsets = torch.tensor([0] + [p.static.shape[0] for p in parts]).cumsum(0)
-        return {
-            "static": torch.cat([p.static for p in parts]),
-            "view": torch.cat([p.view + offsets[i] for i, p in enumerate(parts)]),
-            "candidate": torch.cat([p.candidate for p in parts]),
-            "ages": torch.cat([p.ages for p in parts]),
-            "depth": torch.cat([p.depth for p in parts]),
-            "label": torch.cat([p.label for p in parts]),
-            "token": torch.cat([p.token for p in parts]),
-            "temperature": torch.cat([torch.full((p.label.numel(),), p.temperature) for p in parts]),
-        }
-
-
-@torch.no_grad()
-def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_length: int,
-            temperature: float, seed: int, config: SpotConfig) -> tuple[Views, list[int]]:
-    """Plain top1 decoding of one prompt; returns its examples and the committed positions."""
-    rule = parse_rule("top1", target.family, target.mask_id)
-    session = target.start(prompt_ids, gen_length, block_length)
-    noise = NoiseSource(seed, block_length, target.vocab_size) if temperature > 0 else None
-    size, mask_id, step = block_length, target.mask_id, 0
-    statics, pending, positions = [], [], []  # pending: (view, stale, root commits, root step, block, tokens)
-    following = None
-    for _ in range(session.num_blocks):
-        state = torch.full((size,), mask_id, dtype=torch.long)
-        block: list[int] = []
-        tokens: list[int] = []
-        views = [] if following is None else [(following, 0, step)]
-        for j in range(size):
-            output = session.forward(state[None])
-            logits = output.current[0]
-            transition = rule(logits, state, noise(step) if noise else None, temperature)
-            state = transition.apply(state)
-            block.append(transition.positions[0])
-            tokens.append(transition.tokens[0])
-            step += 1
-            if j < size - 2:
-                views.append((logits, j + 1, step))
-        for logits, root_commits, root_step in views:
-            stale = StaleView.of(logits, temperature, mask_id)
-            statics.append(static_features(stale))
-            pending.append((len(statics) - 1, stale, root_commits, root_step, block, tokens))
-        positions.extend(block)
-        following = None if output.following is None else output.following[0]
-        session.finish_block(state)
-        if bool((state == target.eos_id).any()):
-            break
-    view_ids, cands, ages_list, depths, labels, outcomes = [], [], [], [], [], []
-    for view, stale, root_commits, root_step, block, tokens in pending:
-        drafted = None
-        for depth in range(min(config.max_depth, size - root_commits - 1)):
-            if drafted is None or noise:
-                drafted = candidates(stale, noise(root_step + depth) if noise else None, rule)
-            root = torch.zeros(size, dtype=torch.long)  # 0 stands for the mask here
-            root[block[:root_commits]] = 1
-            ages = root_ages(root, 0, tuple(block[:root_commits]), config.max_age)
-            for position in block[root_commits : root_commits + depth]:
-                ages = commit(ages, position)
-            label, token = block[root_commits + depth], tokens[root_commits + depth]
-            view_ids.append(view)
-            cands.append(drafted.features)
-            ages_list.append(ages)
-            depths.append(depth)
-            labels.append(label)
-            outcomes.append(TOP if drafted.tokens[label] == token else RUNNER_UP if drafted.runner_up[label] == token
-                            else NEITHER)
-    views = Views(torch.stack(statics), torch.tensor(view_ids), torch.stack(cands),
-                  torch.stack(ages_list).to(torch.int8), torch.tensor(depths), torch.tensor(labels),
-                  torch.tensor(outcomes, dtype=torch.int8), temperature)
-    return views, positions
-
-
-def collection_of(recipe: SpotRecipe) -> dict:
-    """The recipe's fields that decide what `collect_all` collects: a run folder's data is reused only
-    by a recipe that agrees on all of them (steps, batches or `training_seed` may differ)."""
-    config = SpotConfig(**recipe.model)
-    return {"target": recipe.target, "tasks": dict(recipe.tasks), "temperatures": list(recipe.temperatures),
-            "gen_length": recipe.gen_length, "block_length": recipe.block_length, "seed": recipe.seed,
-            "max_depth": config.max_depth, "max_age": config.max_age}
-
-
-def collect_all(recipe: SpotRecipe, target: DLMTarget) -> tuple[list[Views], list[str]]:
-    """Every (prompt, temperature) generation of the recipe, in a fixed order; and their sources."""
-    from tasks.base import prompt_ids
-    from tasks.registry import get_task
-
-    config = SpotConfig(**recipe.model)
-    parts, sources = [], []
-    jobs = []
-    for name, limit in recipe.tasks.items():
-        task = get_task(name, num_fewshot=0)
-        for index, sample in enumerate(task.load("train", limit=limit)):
-            ids = prompt_ids(task, sample, target.tokenizer)
-            jobs.extend((f"{name}/train/{index}", ids, t) for t in recipe.temperatures)
-    for number, (source, ids, temperature) in enumerate(tqdm(jobs, desc="collect", unit="gen")):
-        views, _ = collect(target, ids, recipe.gen_length, recipe.block_length, temperature,
-                           recipe.seed + number, config)
-        parts.append(views)
-        sources.append(f"{source}@T={temperature:g}")
-    return parts, sources
 
 
 def batch_loss(net: SpotNet, data: dict[str, Tensor], index: Tensor, teacher: SpotEnsemble | None = None,
@@ -303,8 +158,9 @@ def teachers_of(recipe: SpotRecipe, config: SpotConfig) -> tuple[SpotEnsemble | 
     return (SpotEnsemble(nets).eval() if nets else None), records
 
 
-def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -> dict:
-    """Collect (or reuse the run folder's data), train (or resume), save the checkpoint to `out_dir`."""
+def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path, workers: int = 1) -> dict:
+    """Collect (or reuse the run folder's data) with `workers` processes, train (or resume) and save
+    the checkpoint to `out_dir`."""
     config = SpotConfig(**recipe.model)
     started_from = None  # the checkpoints the recipe names are checked before the long collection
     if recipe.init_checkpoint is not None:
@@ -320,7 +176,7 @@ def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path) -
                             f"depth than this recipe's; use a new --run-dir")
         parts, sources = saved["parts"], saved["sources"]
     else:
-        parts, sources = collect_all(recipe, target)
+        parts, sources = collect_all(recipe, target, workers)
         save_state(data_path, {"collection": collection, "parts": parts, "sources": sources})
     split = torch.randperm(len(parts), generator=torch.Generator().manual_seed(recipe.seed))
     held = max(1, int(len(parts) * recipe.validation_fraction))

@@ -20,6 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", required=True, help="checkpoint folder")
     parser.add_argument("--run-dir", help="collected data and resumable state (default: OUT/run)")
     parser.add_argument("--steps", type=int, help="override the recipe's number of steps")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="collect with this many processes (Ray, one CPU each; the data does not change)")
     parser.set_defaults(func=run)
 
 
@@ -28,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
+    from harness.errors import UserError
     from harness.targets.registry import load_target
     from proposers.spot_training import SpotRecipe, train
 
@@ -36,6 +39,9 @@ def run(args: argparse.Namespace) -> int:
     if args.steps:
         recipe = dataclasses.replace(recipe, steps=args.steps)
     out = Path(args.out)
-    report = train(recipe, load_target(recipe.target), Path(args.run_dir) if args.run_dir else out / "run", out)
+    if args.workers < 1:
+        raise UserError(f"--workers must be at least 1, not {args.workers}")
+    report = train(recipe, load_target(recipe.target), Path(args.run_dir) if args.run_dir else out / "run", out,
+                   args.workers)
     print(json.dumps({k: report[k] for k in ("provenance", "examples", "validation", "steps")}))
     return 0

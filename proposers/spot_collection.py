@@ -1,0 +1,207 @@
+"""Collecting SPOT's training examples: plain decoding of a target's training prompts, reduced to
+what the proposer may see.
+
+Per pass only features are kept (top-k summary of the logits and the candidate features at each
+future depth's noise), never full logits, plus the committed position and token. An example at
+depth d is what the proposer sees at a tree node d commits below the root: the stale view of the
+pass before the root, the positions committed up to the root, the d hypothesized commits since,
+and as labels the position the target commits next and whether it commits the stale candidate
+there, the runner-up or neither. Full-attention targets also yield the block-start view (the
+`following` logits).
+
+Generation k decodes with seed `recipe.seed + k` whichever process runs it, so `workers` (Ray
+tasks, one CPU each) changes how long the collection takes, never what it collects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from harness.decoding import NoiseSource, parse_rule
+from harness.targets.target import DLMTarget
+from proposers.spot import NEITHER, RUNNER_UP, TOP, SpotConfig, StaleView, candidates, commit, root_ages, static_features
+
+if TYPE_CHECKING:
+    from proposers.spot_training import SpotRecipe
+
+CHUNK = 16
+"""Generations per Ray task: large enough to amortise a task, small enough to keep every worker busy."""
+
+
+@dataclass
+class Views:
+    """The stale views of one generation and the examples they yield (tensors, stackable)."""
+
+    static: Tensor
+    """[views, B, S] per view."""
+    view: Tensor
+    """[examples] the view each example reads."""
+    candidate: Tensor
+    """[examples, B, C] candidate features at the example's depth."""
+    ages: Tensor
+    """[examples, B] commit ages at the example's node (see proposers.spot)."""
+    depth: Tensor
+    label: Tensor
+    """[examples] the position the target commits next."""
+    token: Tensor
+    """[examples] which stale candidate it commits there (TOP, RUNNER_UP or NEITHER)."""
+    temperature: float
+
+    @staticmethod
+    def cat(parts: list[Views]) -> dict[str, Tensor]:
+        offsets = torch.tensor([0] + [p.static.shape[0] for p in parts]).cumsum(0)
+        return {
+            "static": torch.cat([p.static for p in parts]),
+            "view": torch.cat([p.view + offsets[i] for i, p in enumerate(parts)]),
+            "candidate": torch.cat([p.candidate for p in parts]),
+            "ages": torch.cat([p.ages for p in parts]),
+            "depth": torch.cat([p.depth for p in parts]),
+            "label": torch.cat([p.label for p in parts]),
+            "token": torch.cat([p.token for p in parts]),
+            "temperature": torch.cat([torch.full((p.label.numel(),), p.temperature) for p in parts]),
+        }
+
+
+@torch.no_grad()
+def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_length: int,
+            temperature: float, seed: int, config: SpotConfig) -> tuple[Views, list[int]]:
+    """Plain top1 decoding of one prompt; returns its examples and the committed positions."""
+    rule = parse_rule("top1", target.family, target.mask_id)
+    session = target.start(prompt_ids, gen_length, block_length)
+    noise = NoiseSource(seed, block_length, target.vocab_size) if temperature > 0 else None
+    size, mask_id, step = block_length, target.mask_id, 0
+    statics, pending, positions = [], [], []  # pending: (view, stale, root commits, root step, block, tokens)
+    following = None
+    for _ in range(session.num_blocks):
+        state = torch.full((size,), mask_id, dtype=torch.long)
+        block: list[int] = []
+        tokens: list[int] = []
+        views = [] if following is None else [(following, 0, step)]
+        for j in range(size):
+            output = session.forward(state[None])
+            logits = output.current[0]
+            transition = rule(logits, state, noise(step) if noise else None, temperature)
+            state = transition.apply(state)
+            block.append(transition.positions[0])
+            tokens.append(transition.tokens[0])
+            step += 1
+            if j < size - 2:
+                views.append((logits, j + 1, step))
+        for logits, root_commits, root_step in views:
+            stale = StaleView.of(logits, temperature, mask_id)
+            statics.append(static_features(stale))
+            pending.append((len(statics) - 1, stale, root_commits, root_step, block, tokens))
+        positions.extend(block)
+        following = None if output.following is None else output.following[0]
+        session.finish_block(state)
+        if bool((state == target.eos_id).any()):
+            break
+    view_ids, cands, ages_list, depths, labels, outcomes = [], [], [], [], [], []
+    for view, stale, root_commits, root_step, block, tokens in pending:
+        drafted = None
+        for depth in range(min(config.max_depth, size - root_commits - 1)):
+            if drafted is None or noise:
+                drafted = candidates(stale, noise(root_step + depth) if noise else None, rule)
+            root = torch.zeros(size, dtype=torch.long)  # 0 stands for the mask here
+            root[block[:root_commits]] = 1
+            ages = root_ages(root, 0, tuple(block[:root_commits]), config.max_age)
+            for position in block[root_commits : root_commits + depth]:
+                ages = commit(ages, position)
+            label, token = block[root_commits + depth], tokens[root_commits + depth]
+            view_ids.append(view)
+            cands.append(drafted.features)
+            ages_list.append(ages)
+            depths.append(depth)
+            labels.append(label)
+            outcomes.append(TOP if drafted.tokens[label] == token else RUNNER_UP if drafted.runner_up[label] == token
+                            else NEITHER)
+    views = Views(torch.stack(statics), torch.tensor(view_ids), torch.stack(cands),
+                  torch.stack(ages_list).to(torch.int8), torch.tensor(depths), torch.tensor(labels),
+                  torch.tensor(outcomes, dtype=torch.int8), temperature)
+    return views, positions
+
+
+def collection_of(recipe: SpotRecipe) -> dict:
+    """The recipe's fields that decide what `collect_all` collects: a run folder's data is reused only
+    by a recipe that agrees on all of them (steps, batches or `training_seed` may differ)."""
+    config = SpotConfig(**recipe.model)
+    return {"target": recipe.target, "tasks": dict(recipe.tasks), "temperatures": list(recipe.temperatures),
+            "gen_length": recipe.gen_length, "block_length": recipe.block_length, "seed": recipe.seed,
+            "max_depth": config.max_depth, "max_age": config.max_age}
+
+
+Job = tuple[str, list[int], float]
+"""(source, prompt ids, temperature) of one generation."""
+
+
+def collection_jobs(recipe: SpotRecipe, target: DLMTarget) -> list[Job]:
+    """Every (prompt, temperature) generation of the recipe, in a fixed order: task by task, prompt
+    by prompt, temperature by temperature. Generation k decodes with seed `recipe.seed + k`."""
+    from tasks.base import prompt_ids
+    from tasks.registry import get_task
+
+    jobs = []
+    for name, limit in recipe.tasks.items():
+        task = get_task(name, num_fewshot=0)
+        for index, sample in enumerate(task.load("train", limit=limit)):
+            ids = prompt_ids(task, sample, target.tokenizer)
+            jobs.extend((f"{name}/train/{index}", ids, t) for t in recipe.temperatures)
+    return jobs
+
+
+def collect_jobs(recipe: SpotRecipe, target: DLMTarget, first: int, jobs: list[Job]) -> list[Views]:
+    """Generations `first`, `first + 1`, ... of the recipe."""
+    config = SpotConfig(**recipe.model)
+    return [collect(target, ids, recipe.gen_length, recipe.block_length, temperature, recipe.seed + first + k, config)[0]
+            for k, (_, ids, temperature) in enumerate(jobs)]
+
+
+def _collect_remote(recipe: SpotRecipe, first: int, jobs: list[Job]) -> list[Views]:
+    """A Ray task: loads the recipe's target in the worker (a model does not travel as an argument)."""
+    from harness.targets.registry import load_target
+
+    torch.set_num_threads(1)
+    return collect_jobs(recipe, load_target(recipe.target), first, jobs)
+
+
+def collect_all(recipe: SpotRecipe, target: DLMTarget, workers: int = 1) -> tuple[list[Views], list[str]]:
+    """Every generation of the recipe, in job order; and their sources (`task/train/i@T=t`)."""
+    jobs = collection_jobs(recipe, target)
+    sources = [f"{source}@T={temperature:g}" for source, _, temperature in jobs]
+    bar = tqdm(total=len(jobs), desc="collect", unit="gen")
+    chunks = range(0, len(jobs), CHUNK)
+    if workers <= 1:
+        parts = []
+        for first in chunks:
+            parts += collect_jobs(recipe, target, first, jobs[first : first + CHUNK])
+            bar.update(len(jobs[first : first + CHUNK]))
+        bar.close()
+        return parts, sources
+    import ray
+
+    from cluster.runner import connect
+
+    owns_ray = connect(None)
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(_collect_remote)
+        pending = list(chunks)
+        in_flight = [task.remote(recipe, first, jobs[first : first + CHUNK]) for first in pending[:workers]]
+        parts = []
+        for i in range(len(pending)):  # results in job order; one new task per finished one
+            chunk = ray.get(in_flight[i])
+            in_flight[i] = None  # let the object store free it
+            if i + workers < len(pending):
+                first = pending[i + workers]
+                in_flight.append(task.remote(recipe, first, jobs[first : first + CHUNK]))
+            parts += chunk
+            bar.update(len(chunk))
+    finally:
+        if owns_ray:
+            ray.shutdown()
+    bar.close()
+    return parts, sources
