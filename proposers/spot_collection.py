@@ -16,6 +16,7 @@ tasks, one CPU each) changes how long the collection takes, never what it collec
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -173,15 +174,21 @@ def collect_all(recipe: SpotRecipe, target: DLMTarget, workers: int = 1) -> tupl
     """Every generation of the recipe, in job order; and their sources (`task/train/i@T=t`)."""
     jobs = collection_jobs(recipe, target)
     sources = [f"{source}@T={temperature:g}" for source, _, temperature in jobs]
-    bar = tqdm(total=len(jobs), desc="collect", unit="gen")
-    chunks = range(0, len(jobs), CHUNK)
+    parts: list[Views] = []
+    with tqdm(total=len(jobs), desc="collect", unit="gen") as bar:
+        for chunk in _chunks_in_order(recipe, target, jobs, workers):
+            parts += chunk
+            bar.update(len(chunk))
+    return parts, sources
+
+
+def _chunks_in_order(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], workers: int) -> Iterator[list[Views]]:
+    """The generations CHUNK at a time, in job order: here, or as Ray tasks with `workers` in flight."""
+    firsts = list(range(0, len(jobs), CHUNK))
     if workers <= 1:
-        parts = []
-        for first in chunks:
-            parts += collect_jobs(recipe, target, first, jobs[first : first + CHUNK])
-            bar.update(len(jobs[first : first + CHUNK]))
-        bar.close()
-        return parts, sources
+        for first in firsts:
+            yield collect_jobs(recipe, target, first, jobs[first : first + CHUNK])
+        return
     import ray
 
     from cluster.runner import connect
@@ -189,19 +196,14 @@ def collect_all(recipe: SpotRecipe, target: DLMTarget, workers: int = 1) -> tupl
     owns_ray = connect(None)
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(_collect_remote)
-        pending = list(chunks)
-        in_flight = [task.remote(recipe, first, jobs[first : first + CHUNK]) for first in pending[:workers]]
-        parts = []
-        for i in range(len(pending)):  # results in job order; one new task per finished one
+        in_flight = [task.remote(recipe, first, jobs[first : first + CHUNK]) for first in firsts[:workers]]
+        for i in range(len(firsts)):  # one new task per finished one
             chunk = ray.get(in_flight[i])
             in_flight[i] = None  # let the object store free it
-            if i + workers < len(pending):
-                first = pending[i + workers]
+            if i + workers < len(firsts):
+                first = firsts[i + workers]
                 in_flight.append(task.remote(recipe, first, jobs[first : first + CHUNK]))
-            parts += chunk
-            bar.update(len(chunk))
+            yield chunk
     finally:
         if owns_ray:
             ray.shutdown()
-    bar.close()
-    return parts, sources
