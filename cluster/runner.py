@@ -212,9 +212,11 @@ def worker_threads(cpus: int, workers: int) -> int:
 def check_address(address: str) -> None:
     """Fail fast (and before anything is written) when nothing listens at a host:port address;
     `ray.init` itself would retry for a long time."""
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if address == "auto" or not sep or not port.isdigit():
+    if address == "auto":
         return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        raise UserError(f"--address {address} is not host:port; give the Ray head's host:port, or auto")
     try:
         socket.create_connection((host or "127.0.0.1", int(port)), timeout=3).close()
     except OSError as error:

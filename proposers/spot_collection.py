@@ -170,22 +170,25 @@ def _collect_remote(recipe: SpotRecipe, first: int, jobs: list[Job]) -> list[Vie
     return collect_jobs(recipe, load_target(recipe.target), first, jobs)
 
 
-def collect_all(recipe: SpotRecipe, target: DLMTarget, workers: int = 1) -> tuple[list[Views], list[str]]:
-    """Every generation of the recipe, in job order; and their sources (`task/train/i@T=t`)."""
+def collect_all(recipe: SpotRecipe, target: DLMTarget, workers: int = 1,
+                address: str | None = None) -> tuple[list[Views], list[str]]:
+    """Every generation of the recipe, in job order; and their sources (`task/train/i@T=t`). With
+    `workers` above 1 or a Ray cluster's `address`, the chunks run as Ray tasks, `workers` at a time."""
     jobs = collection_jobs(recipe, target)
     sources = [f"{source}@T={temperature:g}" for source, _, temperature in jobs]
     parts: list[Views] = []
     with tqdm(total=len(jobs), desc="collect", unit="gen") as bar:
-        for chunk in _chunks_in_order(recipe, target, jobs, workers):
+        for chunk in _chunks_in_order(recipe, target, jobs, workers, address):
             parts += chunk
             bar.update(len(chunk))
     return parts, sources
 
 
-def _chunks_in_order(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], workers: int) -> Iterator[list[Views]]:
+def _chunks_in_order(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], workers: int,
+                     address: str | None) -> Iterator[list[Views]]:
     """The generations CHUNK at a time, in job order: here, or as Ray tasks with `workers` in flight."""
     firsts = list(range(0, len(jobs), CHUNK))
-    if workers <= 1:
+    if workers <= 1 and address is None:
         for first in firsts:
             yield collect_jobs(recipe, target, first, jobs[first : first + CHUNK])
         return
@@ -193,7 +196,7 @@ def _chunks_in_order(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], wor
 
     from cluster.runner import connect
 
-    owns_ray = connect(None)
+    owns_ray = connect(address)
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(_collect_remote)
         in_flight = [task.remote(recipe, first, jobs[first : first + CHUNK]) for first in firsts[:workers]]

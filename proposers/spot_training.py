@@ -158,9 +158,10 @@ def teachers_of(recipe: SpotRecipe, config: SpotConfig) -> tuple[SpotEnsemble | 
     return (SpotEnsemble(nets).eval() if nets else None), records
 
 
-def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path, workers: int = 1) -> dict:
-    """Collect (or reuse the run folder's data) with `workers` processes, train (or resume) and save
-    the checkpoint to `out_dir`."""
+def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path, workers: int = 1,
+          address: str | None = None) -> dict:
+    """Collect (or reuse the run folder's data) with `workers` processes (on the Ray cluster at
+    `address`, if given), train (or resume) and save the checkpoint to `out_dir`."""
     config = SpotConfig(**recipe.model)
     started_from = None  # the checkpoints the recipe names are checked before the long collection
     if recipe.init_checkpoint is not None:
@@ -176,7 +177,7 @@ def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path, w
                             f"depth than this recipe's; use a new --run-dir")
         parts, sources = saved["parts"], saved["sources"]
     else:
-        parts, sources = collect_all(recipe, target, workers)
+        parts, sources = collect_all(recipe, target, workers, address)
         save_state(data_path, {"collection": collection, "parts": parts, "sources": sources})
     split = torch.randperm(len(parts), generator=torch.Generator().manual_seed(recipe.seed))
     held = max(1, int(len(parts) * recipe.validation_fraction))

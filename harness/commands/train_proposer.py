@@ -22,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=int, help="override the recipe's number of steps")
     parser.add_argument("--workers", type=int, default=1,
                         help="collect with this many processes (Ray, one CPU each; the data does not change)")
+    parser.add_argument("--address", help="collect on an existing Ray cluster (host:port or auto); default: local")
     parser.set_defaults(func=run)
 
 
@@ -30,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
+    from cluster.runner import check_address
     from harness.errors import UserError
     from harness.targets.registry import load_target
     from proposers.spot_training import SpotRecipe, train
@@ -41,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.workers < 1:
         raise UserError(f"--workers must be at least 1, not {args.workers}")
+    if args.address:
+        check_address(args.address)  # now, not after the teachers load and the bar starts
     report = train(recipe, load_target(recipe.target), Path(args.run_dir) if args.run_dir else out / "run", out,
-                   args.workers)
+                   args.workers, args.address)
     print(json.dumps({k: report[k] for k in ("provenance", "examples", "validation", "steps")}))
     return 0

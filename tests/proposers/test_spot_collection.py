@@ -79,3 +79,24 @@ def test_ray_workers_collect_exactly_what_one_process_collects():
                    if f.name != "temperature") and one.temperature == other.temperature
     reseeded = collect_all(dataclasses.replace(recipe, seed=1), target, workers=2)[0]
     assert any(not torch.equal(a.candidate, b.candidate) for a, b in zip(alone, reseeded) if a.temperature > 0)
+
+
+def test_an_address_sends_the_collection_to_that_ray_cluster(monkeypatch):
+    import ray
+
+    from proposers import spot_collection
+
+    recipe = SpotRecipe(name="t", target="tiny-random:sdar", tasks={"arith": 10}, temperatures=(0.0, 1.0),
+                        gen_length=16, block_length=8, model={"max_depth": 5})
+    target = load_target(recipe.target)
+    alone = collect_all(recipe, target)[0]
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
+    try:
+        # the driver may not collect: only the cluster's workers (a fresh import there) can
+        monkeypatch.setattr(spot_collection, "collect_jobs", lambda *args: pytest.fail("collected in the driver"))
+        remote = collect_all(recipe, target, address=ray.get_runtime_context().gcs_address)[0]
+        assert ray.is_initialized()  # a cluster the caller started stays up
+    finally:
+        ray.shutdown()
+    assert all(torch.equal(a.candidate, b.candidate) and torch.equal(a.label, b.label) for a, b in zip(alone, remote))
+    assert len(remote) == len(alone) == 20

@@ -40,6 +40,7 @@ def test_flags_override_the_file_and_lists_are_typed(tmp_path) -> None:
     (["--budgets", "-1"], "budgets must be >= 0"),
     (["--gen-length", "20"], "must be a positive multiple"),
     (["--address", "127.0.0.1:1"], "no Ray cluster at --address 127.0.0.1:1"),
+    (["--address", "head-node"], "--address head-node is not host:port"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args, message) -> None:
     out = tmp_path / "run"
