@@ -44,6 +44,28 @@ def test_training_is_deterministic_and_records_provenance(tmp_path):
         train(changed, target, tmp_path / "run1", tmp_path / "out4")
 
 
+@pytest.mark.parametrize("average_from", [None, 2])
+def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path, monkeypatch, average_from):
+    recipe = tiny_recipe(temperatures=(0.0, 1.0), steps=6, checkpoint_every=2, average_from=average_from)
+    target = load_target(recipe.target)
+    train(recipe, target, tmp_path / "straight", tmp_path / "out1")
+    original, calls = torch.optim.AdamW.step, []
+
+    def crash_on_fifth_step(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", crash_on_fifth_step)
+    with pytest.raises(KeyboardInterrupt):
+        train(recipe, target, tmp_path / "resumed", tmp_path / "out2")
+    monkeypatch.setattr(torch.optim.AdamW, "step", original)
+    assert torch.load(tmp_path / "resumed" / "train_state.pt", weights_only=False)["step"] == 4
+    train(recipe, target, tmp_path / "resumed", tmp_path / "out2")
+    assert (tmp_path / "out1" / WEIGHTS_FILE).read_bytes() == (tmp_path / "out2" / WEIGHTS_FILE).read_bytes()
+
+
 def test_a_run_saved_before_a_recipe_field_existed_resumes_as_its_default(tmp_path):
     from harness.errors import UserError
 
