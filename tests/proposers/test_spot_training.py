@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -270,3 +271,14 @@ def test_teachers_pull_the_student_towards_their_mixture(tmp_path):
     other_ages = dataclasses.replace(recipe, teachers=(str(tmp_path / "teacher"),), model=recipe.model | {"max_age": 4})
     with pytest.raises(UserError, match="use teachers trained with the recipe's max_age"):
         train(other_ages, target, tmp_path / "run-ages", tmp_path / "y")
+
+
+def test_every_committed_recipe_loads_and_names_committed_checkpoints():
+    root = Path(__file__).resolve().parents[2]
+    recipes = sorted((root / "zoo" / "proposers").rglob("*.yaml"))
+    assert len(recipes) >= 7
+    for path in recipes:
+        recipe = SpotRecipe.load(path)
+        for folder in [recipe.init_checkpoint, *recipe.teachers]:
+            if folder is not None:
+                assert load_spot(root / folder).config == SpotConfig(**recipe.model), (path, folder)
