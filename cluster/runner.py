@@ -210,8 +210,8 @@ def worker_threads(cpus: int, workers: int) -> int:
 
 
 def check_address(address: str) -> None:
-    """Fail fast (and before anything is written) when nothing listens at a host:port address;
-    `ray.init` itself would retry for a long time."""
+    """Fail fast (and before anything is written) on an address that is not host:port (or auto), or
+    where nothing listens: `ray.init` would raise a traceback or retry for minutes."""
     if address == "auto":
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
