@@ -282,3 +282,18 @@ def test_every_committed_recipe_loads_and_names_committed_checkpoints():
         for folder in [recipe.init_checkpoint, *recipe.teachers]:
             if folder is not None:
                 assert load_spot(root / folder).config == SpotConfig(**recipe.model), (path, folder)
+
+
+def test_every_committed_checkpoint_loads_and_its_recipe_is_committed():
+    """A checkpoint under zoo/proposers is rebuilt by the committed recipe of the name its spot.json
+    records, with every field it recorded unchanged."""
+    root = Path(__file__).resolve().parents[2] / "zoo" / "proposers"
+    recipes = {recipe.name: dataclasses.asdict(recipe) for recipe in map(SpotRecipe.load, root.rglob("*.yaml"))}
+    checkpoints = sorted(meta.parent for meta in root.rglob(CONFIG_FILE))
+    assert len(checkpoints) >= 5
+    for folder in checkpoints:
+        recorded = json.loads((folder / CONFIG_FILE).read_text())["recipe"]
+        assert recorded["name"] in recipes, folder
+        committed = json.loads(json.dumps(recipes[recorded["name"]]))
+        assert {k: committed.get(k) for k in recorded} == recorded, folder
+        assert load_spot(folder).config == SpotConfig(**recorded["model"]), folder
