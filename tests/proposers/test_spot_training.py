@@ -273,27 +273,33 @@ def test_teachers_pull_the_student_towards_their_mixture(tmp_path):
         train(other_ages, target, tmp_path / "run-ages", tmp_path / "y")
 
 
+ZOO_PROPOSERS = Path(__file__).resolve().parents[2] / "zoo" / "proposers"
+
+
+def committed_recipes() -> list[SpotRecipe]:
+    return [SpotRecipe.load(path) for path in sorted(ZOO_PROPOSERS.rglob("*.yaml"))]
+
+
 def test_every_committed_recipe_loads_and_names_committed_checkpoints():
-    root = Path(__file__).resolve().parents[2]
-    recipes = sorted((root / "zoo" / "proposers").rglob("*.yaml"))
+    recipes = committed_recipes()
     assert len(recipes) >= 7
-    for path in recipes:
-        recipe = SpotRecipe.load(path)
+    for recipe in recipes:
         for folder in [recipe.init_checkpoint, *recipe.teachers]:
             if folder is not None:
-                assert load_spot(root / folder).config == SpotConfig(**recipe.model), (path, folder)
+                net = load_spot(ZOO_PROPOSERS.parents[1] / folder)
+                assert net.config == SpotConfig(**recipe.model), (recipe.name, folder)
 
 
 def test_every_committed_checkpoint_loads_and_its_recipe_is_committed():
     """A checkpoint under zoo/proposers is rebuilt by the committed recipe of the name its spot.json
     records, with every field it recorded unchanged."""
-    root = Path(__file__).resolve().parents[2] / "zoo" / "proposers"
-    recipes = {recipe.name: dataclasses.asdict(recipe) for recipe in map(SpotRecipe.load, root.rglob("*.yaml"))}
-    checkpoints = sorted(meta.parent for meta in root.rglob(CONFIG_FILE))
+    # Through JSON, as spot.json stores the recipe (tuples become lists).
+    recipes = {recipe.name: json.loads(json.dumps(dataclasses.asdict(recipe))) for recipe in committed_recipes()}
+    checkpoints = sorted(meta.parent for meta in ZOO_PROPOSERS.rglob(CONFIG_FILE))
     assert len(checkpoints) >= 5
     for folder in checkpoints:
         recorded = json.loads((folder / CONFIG_FILE).read_text())["recipe"]
         assert recorded["name"] in recipes, folder
-        committed = json.loads(json.dumps(recipes[recorded["name"]]))
+        committed = recipes[recorded["name"]]
         assert {k: committed.get(k) for k in recorded} == recorded, folder
         assert load_spot(folder).config == SpotConfig(**recorded["model"]), folder
