@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     import torch
+    from tqdm import tqdm
 
     from harness.decoding import DecodeConfig, parse_rule, plain_decode, speculative_decode
     from harness.errors import UserError
@@ -63,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
     task = get_task(args.task, num_fewshot=0)
     samples = task.load(args.split, limit=args.limit)
     rows = []
-    for name in args.targets.split(","):
+    targets = args.targets.split(",")
+    progress = tqdm(total=len(targets) * len(temperatures) * len(samples), desc="transfer", unit="prompt")
+    for name in targets:
         target = load_target(name)
         rule = parse_rule("top1", target.family, target.mask_id)
         tolerance = near_tie_tolerance(target.dtype)
@@ -81,10 +84,12 @@ def run(args: argparse.Namespace) -> int:
                             passes[arm, budget].append((plain.metrics.nfe, spec.metrics.nfe,
                                                         check_lossless(plain, spec, tolerance).exact,
                                                         spec.metrics.commits))
+                progress.update()
             for budget in budgets:
                 common = {"eval_target": name, "task": args.task, "split": args.split, "temperature": temperature,
                           "budget": budget, "prompts": len(prompts)}
                 rows.extend(budget_rows({arm: passes[arm, budget] for arm in arms}, train_target, common))
+    progress.close()
     for row in rows:
         if args.json:
             print(json.dumps(row))

@@ -18,7 +18,9 @@ def test_transfer_json_rows(tmp_path, capsys):
                    "tiny-random:sdar,tiny-random:llada", "--limit", "2", "--budgets", "2,5",
                    "--temperatures", "0,1", "--gen-length", "16", "--block-length", "8", "--json"])
     assert status == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    captured = capsys.readouterr()
+    rows = [json.loads(line) for line in captured.out.splitlines()]  # the progress bar stays on stderr
+    assert "transfer: 100%" in captured.err and "8/8" in captured.err  # targets x temperatures x prompts
     assert len(rows) == 2 * 2 * 2 * 4  # targets x temperatures x budgets x (3 baselines + spot)
     assert all(r["exact_rate"] == 1.0 and r["speedup_nfe"] >= 1.0 for r in rows)
     assert {r["train_target"] for r in rows if r["proposer"] == "spot"} == {"a"}
