@@ -59,8 +59,8 @@ CONFIDENCE, LOG_ODDS = 0, 3
 LOG_FLOOR = -30.0
 WEIGHTS_FILE = "spot.safetensors"
 CONFIG_FILE = "spot.json"
-DEFAULT_CHECKPOINT = "spot-sdar-a"
-"""The registry's `spot`: the zoo checkpoint trained on sdar-a (zoo/proposers/)."""
+DEFAULT_CHECKPOINT = "spot-sdar-a-more-data-averaged"
+"""The registry's `spot`: the zoo checkpoint trained on sdar-a (zoo/proposers/, docs/spot.md)."""
 SUPPORTED_CONFIDENCE = ("prob", "tempered_prob")
 """Conventions whose log-confidence is a candidate log-probability (every zoo and published family)."""
 
