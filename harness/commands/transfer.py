@@ -7,6 +7,8 @@ decoded speculatively and checked against it (near-tie tolerance of the target's
 summed over prompts, `exact_rate`, `mean_accept_len` and `oracle_fraction` (speedup over the oracle's
 at the same budget), each speedup with its 95% interval over resampled prompts (`speedup_nfe_ci95`,
 `harness/bootstrap.py`). `train_target` is the checkpoint's training target for SPOT, null otherwise.
+`--workers N` decodes N prompts at once as Ray tasks (one CPU each) and gathers them in prompt order,
+so the rows are the same for any N.
 SPOT's rows also give `vs_best_baseline`: its speedup over the best training-free baseline's
 (`best_baseline`) at the same budget, with `vs_best_baseline_ci95`.
 """
@@ -14,7 +16,10 @@ SPOT's rows also give `vs_best_baseline`: its speedup over the best training-fre
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,22 +38,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0, help="sample i decodes with seed + i")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="decode this many prompts at once (Ray, one CPU each; the rows do not change)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    import torch
     from tqdm import tqdm
 
-    from harness.decoding import DecodeConfig, parse_rule, plain_decode, speculative_decode
     from harness.errors import UserError
-    from harness.lossless import check_lossless, near_tie_tolerance
-    from harness.targets.registry import load_target
-    from proposers import build_proposer
-    from proposers.spot import CONFIG_FILE, SpotProposer, load_spot
-    from tasks.base import prompt_ids
+    from proposers.spot import CONFIG_FILE, load_spot
     from tasks.registry import get_task
 
     folder = Path(args.proposer_checkpoint)
@@ -56,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"no SPOT checkpoint in {folder} (expected {CONFIG_FILE})")
     if args.limit <= 0:
         raise UserError(f"--limit must be positive, got {args.limit}")
+    if args.workers < 1:
+        raise UserError(f"--workers must be at least 1, not {args.workers}")
     net = load_spot(folder)
     train_target = json.loads((folder / CONFIG_FILE).read_text()).get("provenance", {}).get("target")
     budgets = [int(b) for b in args.budgets.split(",")]
@@ -63,33 +66,24 @@ def run(args: argparse.Namespace) -> int:
     arms = [*args.baselines.split(","), "spot"]
     task = get_task(args.task, num_fewshot=0)
     samples = task.load(args.split, limit=args.limit)
-    rows = []
     targets = args.targets.split(",")
-    progress = tqdm(total=len(targets) * len(temperatures) * len(samples), desc="transfer", unit="prompt")
     for name in targets:
-        target = load_target(name)
-        rule = parse_rule("top1", target.family, target.mask_id)
-        tolerance = near_tie_tolerance(target.dtype)
-        prompts = [prompt_ids(task, s, target.tokenizer) for s in samples]
-        for temperature in temperatures:
-            passes = {(arm, b): [] for arm in arms for b in budgets}  # per prompt: (plain, spec, exact, commits)
-            for index, ids in enumerate(prompts):
-                config = DecodeConfig(rule, args.gen_length, args.block_length, temperature, args.seed + index)
-                with torch.no_grad():
-                    plain = plain_decode(target, ids, config)
-                    for arm in arms:
-                        for budget in budgets:
-                            proposer = SpotProposer(net) if arm == "spot" else build_proposer(arm, target, plain)
-                            spec = speculative_decode(target, ids, proposer, config, budget)
-                            passes[arm, budget].append((plain.metrics.nfe, spec.metrics.nfe,
-                                                        check_lossless(plain, spec, tolerance).exact,
-                                                        spec.metrics.commits))
-                progress.update()
-            for budget in budgets:
-                common = {"eval_target": name, "task": args.task, "split": args.split, "temperature": temperature,
-                          "budget": budget, "prompts": len(prompts)}
-                rows.extend(budget_rows({arm: passes[arm, budget] for arm in arms}, train_target, common))
-    progress.close()
+        _target(name)  # a bad name or checkpoint fails here, with one line, not inside a Ray task
+    jobs = [PromptJob(name, args.task, sample, temperature, args.seed + index, args.gen_length, args.block_length)
+            for name in targets for temperature in temperatures for index, sample in enumerate(samples)]
+    passes: dict[tuple[str, float], dict[tuple[str, int], list]] = {}
+    with tqdm(total=len(jobs), desc="transfer", unit="prompt") as progress:
+        for job, result in zip(jobs, _results_in_order(jobs, net, arms, budgets, args.workers)):
+            cell = passes.setdefault((job.target, job.temperature), {(a, b): [] for a in arms for b in budgets})
+            for key, value in result.items():
+                cell[key].append(value)
+            progress.update()
+    rows = []
+    for (name, temperature), cell in passes.items():
+        for budget in budgets:
+            common = {"eval_target": name, "task": args.task, "split": args.split, "temperature": temperature,
+                      "budget": budget, "prompts": len(samples)}
+            rows.extend(budget_rows({arm: cell[arm, budget] for arm in arms}, train_target, common))
     for row in rows:
         if args.json:
             print(json.dumps(row))
@@ -101,6 +95,88 @@ def run(args: argparse.Namespace) -> int:
                   + (f"  vs {row['best_baseline']} {row['vs_best_baseline']:.3f} [{row['vs_best_baseline_ci95'][0]:.3f},"
                      f" {row['vs_best_baseline_ci95'][1]:.3f}]" if row["vs_best_baseline"] else ""))
     return 0
+
+
+@dataclass(frozen=True)
+class PromptJob:
+    """One prompt of one eval target at one temperature: what a worker needs to decode it."""
+
+    target: str
+    task: str
+    sample: dict
+    temperature: float
+    seed: int
+    gen_length: int
+    block_length: int
+
+
+@functools.cache
+def _target(name: str):
+    """Targets load once per process (a Ray worker decodes many prompts of the same target)."""
+    from harness.targets.registry import load_target
+
+    return load_target(name)
+
+
+def prompt_passes(job: PromptJob, net, arms: list[str], budgets: list[int]) -> dict[tuple[str, int], tuple]:
+    """(plain nfe, speculative nfe, exact, commits) per (arm, budget): the prompt decoded plainly once,
+    then by every arm, each checked against plain (near-tie tolerance of the target's dtype)."""
+    import torch
+
+    from harness.decoding import DecodeConfig, parse_rule, plain_decode, speculative_decode
+    from harness.lossless import check_lossless, near_tie_tolerance
+    from proposers import build_proposer
+    from proposers.spot import SpotProposer
+    from tasks.base import prompt_ids
+    from tasks.registry import get_task
+
+    target = _target(job.target)
+    rule = parse_rule("top1", target.family, target.mask_id)
+    ids = prompt_ids(get_task(job.task, num_fewshot=0), job.sample, target.tokenizer)
+    config = DecodeConfig(rule, job.gen_length, job.block_length, job.temperature, job.seed)
+    out = {}
+    with torch.no_grad():
+        plain = plain_decode(target, ids, config)
+        for arm in arms:
+            for budget in budgets:
+                proposer = SpotProposer(net) if arm == "spot" else build_proposer(arm, target, plain)
+                spec = speculative_decode(target, ids, proposer, config, budget)
+                exact = check_lossless(plain, spec, near_tie_tolerance(target.dtype)).exact
+                out[arm, budget] = (plain.metrics.nfe, spec.metrics.nfe, exact, spec.metrics.commits)
+    return out
+
+
+def _prompt_passes_remote(job: PromptJob, net, arms: list[str], budgets: list[int]) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    return prompt_passes(job, net, arms, budgets)
+
+
+def _results_in_order(jobs: list[PromptJob], net, arms: list[str], budgets: list[int], workers: int) -> Iterator[dict]:
+    """Each job's passes in job order: here, or as Ray tasks with `workers` in flight."""
+    if workers <= 1:
+        for job in jobs:
+            yield prompt_passes(job, net, arms, budgets)
+        return
+    import ray
+
+    from cluster.runner import connect
+
+    owns_ray = connect(None)
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(_prompt_passes_remote)
+        net_ref = ray.put(net)
+        in_flight = [task.remote(job, net_ref, arms, budgets) for job in jobs[:workers]]
+        for i in range(len(jobs)):  # one new task per finished one
+            result = ray.get(in_flight[i])
+            in_flight[i] = None
+            if i + workers < len(jobs):
+                in_flight.append(task.remote(jobs[i + workers], net_ref, arms, budgets))
+            yield result
+    finally:
+        if owns_ray:
+            ray.shutdown()
 
 
 def budget_rows(passes: dict[str, list[tuple[int, int, bool, int]]], train_target: str | None, common: dict

@@ -43,3 +43,32 @@ def test_transfer_json_rows(tmp_path, capsys):
 def test_transfer_without_a_checkpoint_is_a_user_error(tmp_path, capsys):
     assert main(["transfer", "--proposer-checkpoint", str(tmp_path)]) == 2
     assert "no SPOT checkpoint" in capsys.readouterr().err
+
+
+def test_transfer_rows_do_not_depend_on_workers(tmp_path, capsys):
+    """Prompts decoded as Ray tasks give the rows that decoding them here gives, in the same order."""
+    torch.manual_seed(0)
+    save_spot(SpotNet(SpotConfig(width=16, layers=1, heads=2, ffn=32)), tmp_path, {"provenance": {"target": "a"}})
+    command = ["transfer", "--proposer-checkpoint", str(tmp_path), "--targets", "tiny-random:sdar,tiny-random:dream",
+               "--limit", "3", "--budgets", "3", "--temperatures", "0,1", "--gen-length", "16", "--block-length", "8",
+               "--json"]
+    outputs = []
+    for workers in ("1", "2"):
+        assert main([*command, "--workers", workers]) == 0
+        outputs.append([json.loads(line) for line in capsys.readouterr().out.splitlines()])
+    assert len(outputs[0]) == 2 * 2 * 4 and outputs[0] == outputs[1]
+
+
+def test_transfer_with_no_workers_is_a_user_error(tmp_path, capsys):
+    save_spot(SpotNet(SpotConfig(width=16, layers=1, heads=2, ffn=32)), tmp_path, {"provenance": {"target": "a"}})
+    assert main(["transfer", "--proposer-checkpoint", str(tmp_path), "--workers", "0"]) == 2
+    assert "--workers must be at least 1" in capsys.readouterr().err
+
+
+def test_transfer_with_an_unknown_target_is_a_user_error_before_any_worker_starts(tmp_path, capsys):
+    save_spot(SpotNet(SpotConfig(width=16, layers=1, heads=2, ffn=32)), tmp_path, {"provenance": {"target": "a"}})
+    command = ["transfer", "--proposer-checkpoint", str(tmp_path), "--targets", "tiny-random:sdar,no-such-model"]
+    assert main([*command, "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown target 'no-such-model'" in err
+    assert "transfer:" not in err  # no prompt was decoded: the error came before the progress bar
