@@ -162,12 +162,11 @@ def collect_jobs(recipe: SpotRecipe, target: DLMTarget, first: int, jobs: list[J
             for k, (_, ids, temperature) in enumerate(jobs)]
 
 
-def _collect_remote(recipe: SpotRecipe, first: int, jobs: list[Job]) -> list[Views]:
+def _collect_chunk(first: int, recipe: SpotRecipe, jobs: list[Job]) -> list[Views]:
     """A Ray task: loads the recipe's target in the worker (a model does not travel as an argument)."""
     from harness.targets.registry import load_target
 
-    torch.set_num_threads(1)
-    return collect_jobs(recipe, load_target(recipe.target), first, jobs)
+    return collect_jobs(recipe, load_target(recipe.target), first, jobs[first : first + CHUNK])
 
 
 def collect_all(recipe: SpotRecipe, target: DLMTarget, workers: int = 1,
@@ -189,24 +188,7 @@ def _chunks_in_order(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], wor
     """The generations CHUNK at a time, in job order: here, or as Ray tasks with `workers` in flight."""
     firsts = list(range(0, len(jobs), CHUNK))
     if workers <= 1 and address is None:
-        for first in firsts:
-            yield collect_jobs(recipe, target, first, jobs[first : first + CHUNK])
-        return
-    import ray
+        return (collect_jobs(recipe, target, first, jobs[first : first + CHUNK]) for first in firsts)
+    from cluster.ordered import map_in_order
 
-    from cluster.runner import connect
-
-    owns_ray = connect(address)
-    try:
-        task = ray.remote(num_cpus=1, max_retries=0)(_collect_remote)
-        in_flight = [task.remote(recipe, first, jobs[first : first + CHUNK]) for first in firsts[:workers]]
-        for i in range(len(firsts)):  # one new task per finished one
-            chunk = ray.get(in_flight[i])
-            in_flight[i] = None  # let the object store free it
-            if i + workers < len(firsts):
-                first = firsts[i + workers]
-                in_flight.append(task.remote(recipe, first, jobs[first : first + CHUNK]))
-            yield chunk
-    finally:
-        if owns_ray:
-            ray.shutdown()
+    return map_in_order(_collect_chunk, firsts, (recipe, jobs), workers, address)

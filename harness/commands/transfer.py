@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             for name in targets for temperature in temperatures for index, sample in enumerate(samples)]
     passes: dict[tuple[str, float], dict[tuple[str, int], list]] = {}
     with tqdm(total=len(jobs), desc="transfer", unit="prompt") as progress:
-        for job, result in zip(jobs, _results_in_order(jobs, net, arms, budgets, args.workers)):
+        for job, result in zip(jobs, _results_in_order(jobs, net, arms, budgets, args.workers), strict=True):
             cell = passes.setdefault((job.target, job.temperature), {(a, b): [] for a in arms for b in budgets})
             for key, value in result.items():
                 cell[key].append(value)
@@ -146,37 +146,13 @@ def prompt_passes(job: PromptJob, net, arms: list[str], budgets: list[int]) -> d
     return out
 
 
-def _prompt_passes_remote(job: PromptJob, net, arms: list[str], budgets: list[int]) -> dict:
-    import torch
-
-    torch.set_num_threads(1)
-    return prompt_passes(job, net, arms, budgets)
-
-
 def _results_in_order(jobs: list[PromptJob], net, arms: list[str], budgets: list[int], workers: int) -> Iterator[dict]:
     """Each job's passes in job order: here, or as Ray tasks with `workers` in flight."""
     if workers <= 1:
-        for job in jobs:
-            yield prompt_passes(job, net, arms, budgets)
-        return
-    import ray
+        return (prompt_passes(job, net, arms, budgets) for job in jobs)
+    from cluster.ordered import map_in_order
 
-    from cluster.runner import connect
-
-    owns_ray = connect(None)
-    try:
-        task = ray.remote(num_cpus=1, max_retries=0)(_prompt_passes_remote)
-        net_ref = ray.put(net)
-        in_flight = [task.remote(job, net_ref, arms, budgets) for job in jobs[:workers]]
-        for i in range(len(jobs)):  # one new task per finished one
-            result = ray.get(in_flight[i])
-            in_flight[i] = None
-            if i + workers < len(jobs):
-                in_flight.append(task.remote(jobs[i + workers], net_ref, arms, budgets))
-            yield result
-    finally:
-        if owns_ray:
-            ray.shutdown()
+    return map_in_order(prompt_passes, jobs, (net, arms, budgets), workers)
 
 
 def budget_rows(passes: dict[str, list[tuple[int, int, bool, int]]], train_target: str | None, common: dict
