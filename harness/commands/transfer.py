@@ -8,7 +8,7 @@ summed over prompts, `exact_rate`, `mean_accept_len` and `oracle_fraction` (spee
 at the same budget), each speedup with its 95% interval over resampled prompts (`speedup_nfe_ci95`,
 `harness/bootstrap.py`). `train_target` is the checkpoint's training target for SPOT, null otherwise.
 `--workers N` decodes N prompts at once as Ray tasks (one CPU each) and gathers them in prompt order,
-so the rows are the same for any N.
+so the rows are the same for any N; `--address` runs those tasks on an existing Ray cluster.
 SPOT's rows also give `vs_best_baseline`: its speedup over the best training-free baseline's
 (`best_baseline`) at the same budget, with `vs_best_baseline_ci95`.
 """
@@ -40,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
     parser.add_argument("--workers", type=int, default=1,
                         help="decode this many prompts at once (Ray, one CPU each; the rows do not change)")
+    parser.add_argument("--address", help="decode on an existing Ray cluster (host:port or auto); default: local")
     parser.set_defaults(func=run)
 
 
@@ -48,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
+    from cluster.runner import check_address
     from harness.errors import UserError
     from proposers.spot import CONFIG_FILE, load_spot
     from tasks.registry import get_task
@@ -59,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--limit must be positive, got {args.limit}")
     if args.workers < 1:
         raise UserError(f"--workers must be at least 1, not {args.workers}")
+    if args.address:
+        check_address(args.address)  # now, not after the targets load
     net = load_spot(folder)
     train_target = json.loads((folder / CONFIG_FILE).read_text()).get("provenance", {}).get("target")
     budgets = [int(b) for b in args.budgets.split(",")]
@@ -73,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
             for name in targets for temperature in temperatures for index, sample in enumerate(samples)]
     passes: dict[tuple[str, float], dict[tuple[str, int], list]] = {}
     with tqdm(total=len(jobs), desc="transfer", unit="prompt") as progress:
-        for job, result in zip(jobs, _results_in_order(jobs, net, arms, budgets, args.workers), strict=True):
+        for job, result in zip(jobs, _results_in_order(jobs, net, arms, budgets, args.workers, args.address), strict=True):
             cell = passes.setdefault((job.target, job.temperature), {(a, b): [] for a in arms for b in budgets})
             for key, value in result.items():
                 cell[key].append(value)
@@ -146,13 +150,15 @@ def prompt_passes(job: PromptJob, net, arms: list[str], budgets: list[int]) -> d
     return out
 
 
-def _results_in_order(jobs: list[PromptJob], net, arms: list[str], budgets: list[int], workers: int) -> Iterator[dict]:
-    """Each job's passes in job order: here, or as Ray tasks with `workers` in flight."""
-    if workers <= 1:
+def _results_in_order(jobs: list[PromptJob], net, arms: list[str], budgets: list[int], workers: int,
+                      address: str | None) -> Iterator[dict]:
+    """Each job's passes in job order: here, or as Ray tasks with `workers` in flight (on the cluster
+    at `address`, if given)."""
+    if workers <= 1 and address is None:
         return (prompt_passes(job, net, arms, budgets) for job in jobs)
     from cluster.ordered import map_in_order
 
-    return map_in_order(prompt_passes, jobs, (net, arms, budgets), workers)
+    return map_in_order(prompt_passes, jobs, (net, arms, budgets), workers, address)
 
 
 def budget_rows(passes: dict[str, list[tuple[int, int, bool, int]]], train_target: str | None, common: dict

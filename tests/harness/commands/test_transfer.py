@@ -59,10 +59,16 @@ def test_transfer_rows_do_not_depend_on_workers(tmp_path, capsys):
     assert len(outputs[0]) == 2 * 2 * 4 and outputs[0] == outputs[1]
 
 
-def test_transfer_with_no_workers_is_a_user_error(tmp_path, capsys):
+@pytest.mark.parametrize("flags, message", [
+    (["--workers", "0"], "--workers must be at least 1, not 0"),
+    (["--address", "127.0.0.1:1"], "no Ray cluster at --address 127.0.0.1:1"),
+    (["--address", "head-node"], "--address head-node is not host:port"),
+])
+def test_bad_cluster_flags_are_one_line_errors_before_any_decoding(tmp_path, capsys, flags, message):
     save_spot(SpotNet(SpotConfig(width=16, layers=1, heads=2, ffn=32)), tmp_path, {"provenance": {"target": "a"}})
-    assert main(["transfer", "--proposer-checkpoint", str(tmp_path), "--workers", "0"]) == 2
-    assert "--workers must be at least 1" in capsys.readouterr().err
+    assert main(["transfer", "--proposer-checkpoint", str(tmp_path), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("spotbench: error: ") and message in err and err.count("\n") == 1
 
 
 def test_transfer_with_an_unknown_target_is_a_user_error_before_any_worker_starts(tmp_path, capsys):
