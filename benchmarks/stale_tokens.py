@@ -5,9 +5,13 @@ old (`argmax(logit/T + G(seed, s))` of that view, with the noise of the step s t
 position). This decodes test prompts plainly, keeps the logits, and for every committed position and
 view age k = 1..--ages counts where that candidate is the committed token (TOP), where the
 runner-up under the same scores is (RUNNER_UP), and neither: the ceiling an order proposer works
-under, and the room a runner-up sibling has (proposers/spot.py, docs/spot.md).
+under, and the room a runner-up sibling has (proposers/spot.py, docs/spot.md). Where the view's
+greedy token (no noise) is a third token, `greedy` counts the commits that are that token and
+`greedy/neither` the share of such neither-cases it covers (`proposers.spot.GREEDY_SHARE_OF_NEITHER`
+is that share on training prompts).
 
     python benchmarks/stale_tokens.py --targets sdar-a --tasks arith,gsm8k --limit 40
+    python benchmarks/stale_tokens.py --split train --limit 30 --temperatures 1
 """
 
 from __future__ import annotations
@@ -25,21 +29,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", default="sdar-a")
     parser.add_argument("--tasks", default="arith,gsm8k")
+    parser.add_argument("--split", default="test")
     parser.add_argument("--limit", type=int, default=40)
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--ages", type=int, default=4)
     parser.add_argument("--block-length", type=int, default=32)
     args = parser.parse_args()
     size = args.block_length
-    print(f"{'target':8s} {'task':6s} {'T':>3s} {'age':>3s} {'commits':>7s} {'top':>6s} {'runner-up':>9s}")
+    print(f"{'target':8s} {'task':6s} {'T':>3s} {'age':>3s} {'commits':>7s} {'top':>6s} {'runner-up':>9s} "
+          f"{'greedy':>6s} {'greedy/neither':>14s}")
+    pooled = [0, 0]  # neither-cases with a third greedy token, and those where it was committed
     for target_name in args.targets.split(","):
         target = load_target(target_name)
         rule = parse_rule("top1", target.family, target.mask_id)
         for task_name in args.tasks.split(","):
             task = get_task(task_name, num_fewshot=0)
             for temperature in (float(t) for t in args.temperatures.split(",")):
-                counts = {age: [0, 0, 0] for age in range(1, args.ages + 1)}
-                for seed, sample in enumerate(task.load("test", limit=args.limit)):
+                counts = {age: [0, 0, 0, 0, 0] for age in range(1, args.ages + 1)}
+                for seed, sample in enumerate(task.load(args.split, limit=args.limit)):
                     config = DecodeConfig(rule, 64, size, temperature, seed)
                     plain = plain_decode(target, prompt_ids(task, sample, target.tokenizer), config, keep_logits=True)
                     noise = NoiseSource(seed, size, target.vocab_size) if temperature > 0 else None
@@ -51,12 +58,20 @@ def main() -> None:
                                                 temperature, target.mask_id)
                             drafted = candidates(view, sample_noise, rule)
                             top, runner_up = int(drafted.tokens[0]), int(drafted.runner_up[0])
+                            greedy = int(drafted.greedy[0])
                             counts[age][0] += 1
                             counts[age][1] += top == token
                             counts[age][2] += runner_up == token
-                for age, (total, top, runner_up) in counts.items():
+                            if token not in (top, runner_up) and greedy not in (top, runner_up):
+                                counts[age][3] += greedy == token
+                                counts[age][4] += 1
+                for age, (total, top, runner_up, greedy, neither) in counts.items():
+                    pooled[0] += neither
+                    pooled[1] += greedy
                     print(f"{target_name:8s} {task_name:6s} {temperature:3g} {age:3d} {total:7d} "
-                          f"{top / max(1, total):6.3f} {runner_up / max(1, total):9.3f}", flush=True)
+                          f"{top / max(1, total):6.3f} {runner_up / max(1, total):9.3f} "
+                          f"{greedy / max(1, total):6.3f} {greedy / max(1, neither):14.3f}", flush=True)
+    print(f"greedy/neither pooled over all rows: {pooled[1]}/{pooled[0]} = {pooled[1] / max(1, pooled[0]):.3f}")
 
 
 if __name__ == "__main__":

@@ -54,6 +54,16 @@ its score margin over the runner-up (how far the target's logits must move to ch
 the runner-up's log-confidence (the position's confidence if the token flips)."""
 TOP, RUNNER_UP, NEITHER = 0, 1, 2
 """What the target commits at a position, against the stale view's candidates there (token head)."""
+GREEDY = 3
+"""A tree child's third token choice: the stale view's greedy token (argmax of its logits, no noise),
+drafted where it is neither candidate (so only at T > 0), with a share of the head's NEITHER."""
+GREEDY_SHARE_OF_NEITHER = 0.40
+"""How often the target commits the stale greedy token where it commits neither candidate and the
+greedy token is neither: 0.40 on sdar-a's T=1 training prompts (GSM8K and arith 0-29, views 1-4
+commits old, pooled; `python benchmarks/stale_tokens.py --split train --limit 30 --temperatures 1`).
+Why it exists: at T > 0 a position whose stale distribution is still spread draws a low-probability
+candidate; once a commit sharpens the distribution, the same noise picks its most probable token,
+and the runner-up under the noise is not always that token."""
 CONFIDENCE, LOG_ODDS = 0, 3
 """Columns of the candidate features that `node_features` compares across positions."""
 LOG_FLOOR = -30.0
@@ -114,8 +124,22 @@ class Candidates:
     runner_up: Tensor
     """[B] the second best under the same scores: the token the target commits where a small change
     of its logits flips the candidate."""
+    greedy: Tensor
+    """[B] the stale view's most probable token (`GREEDY`), the same at every depth."""
     features: Tensor
     """[B, CANDIDATE_FEATURES] float32."""
+
+    def token(self, choice: int, position: int) -> int:
+        """The token a tree child with this choice (TOP, RUNNER_UP or GREEDY) drafts at `position`."""
+        return int({TOP: self.tokens, RUNNER_UP: self.runner_up, GREEDY: self.greedy}[choice][position])
+
+    def token_choices(self, token_logp: Tensor, position: int) -> list[tuple[int, float]]:
+        """The tree's children at `position` with log P(the target commits that token | it commits
+        the position): TOP and RUNNER_UP from the token head, and GREEDY where it is a third token."""
+        choices = [(TOP, float(token_logp[position, TOP])), (RUNNER_UP, float(token_logp[position, RUNNER_UP]))]
+        if self.greedy[position] != self.tokens[position] and self.greedy[position] != self.runner_up[position]:
+            choices.append((GREEDY, float(token_logp[position, NEITHER]) + math.log(GREEDY_SHARE_OF_NEITHER)))
+        return choices
 
 
 def candidates(view: StaleView, noise: Tensor | None, rule: Rule) -> Candidates:
@@ -141,7 +165,7 @@ def candidates(view: StaleView, noise: Tensor | None, rule: Rule) -> Candidates:
         odds.clamp(LOG_FLOOR, -LOG_FLOOR), (tokens == view.greedy).double(), margin.clamp_max(-LOG_FLOOR),
         runner_up_confidence.clamp_min(LOG_FLOOR),
     ], -1)
-    return Candidates(tokens.cpu(), runner_up.cpu(), features.float().cpu())
+    return Candidates(tokens.cpu(), runner_up.cpu(), view.greedy.cpu(), features.float().cpu())
 
 
 @dataclass(frozen=True)
@@ -366,14 +390,12 @@ class SpotProposer:
                                                      torch.tensor([depth]), torch.tensor([temperature]))
                 best = position_logp[0].topk(min(left, budget - len(nodes)))
                 for value, child in zip(best.values.tolist(), best.indices.tolist()):
-                    for choice in (TOP, RUNNER_UP):
+                    for choice, token_score in at_depth(depth).token_choices(token_logp[0], child):
                         counter += 1
-                        score = value + float(token_logp[0, child, choice])
-                        heapq.heappush(frontier, (neg_logp - score, counter, parent, depth, child, choice))
+                        heapq.heappush(frontier, (neg_logp - value - token_score, counter, parent, depth, child, choice))
                 continue
-            drafted = at_depth(depth)
-            token = drafted.tokens if choice == TOP else drafted.runner_up
-            nodes.append(DraftNode(parent, Transition((position,), (int(token[position]),))))
+            token = at_depth(depth).token(choice, position)
+            nodes.append(DraftNode(parent, Transition((position,), (token,))))
             ages[len(nodes)] = commit(ages[parent], position)
             counter += 1
             heapq.heappush(frontier, (neg_logp, counter, len(nodes), depth + 1, EXPAND, TOP))

@@ -122,7 +122,9 @@ def test_tree_is_best_first_within_budget_with_the_rules_candidates(temperature,
         (position,), (token,) = node.transition.positions, node.transition.tokens
         noise = req.noise(req.step + depth[node.parent]) if req.noise else None
         drafted = candidates(view, noise, req.rule)
-        assert token in (int(drafted.tokens[position]), int(drafted.runner_up[position]))
+        assert token in (int(drafted.tokens[position]), int(drafted.runner_up[position]), int(drafted.greedy[position]))
+        if temperature == 0:
+            assert torch.equal(drafted.greedy, drafted.tokens)  # a third token exists only under noise
     assert tree.nodes[0].parent == 0  # the most likely first commit comes first
 
 
@@ -175,6 +177,27 @@ def test_where_a_flip_is_as_likely_as_not_the_runner_up_is_drafted_beside_the_ca
     tree = SpotProposer(net).propose(req)
     assert [(n.parent, n.transition.positions[0], n.transition.tokens[0]) for n in tree.nodes] == [
         (0, position, int(drafted.tokens[position])), (0, position, int(drafted.runner_up[position]))]
+
+
+def test_where_the_head_expects_neither_candidate_the_greedy_token_is_drafted():
+    # At T > 0 the greedy token (no noise) can be a third token; it is scored by a share of NEITHER.
+    target = exact_target("sdar")
+    net = SpotNet(SpotConfig()).eval()
+    torch.nn.init.zeros_(net.token_head.weight)
+    with torch.no_grad():
+        net.token_head.bias.copy_(torch.tensor([-30.0, -30.0, 0.0]))
+    req = request(target, 1.0, 6)
+    view = StaleView.of(req.stale, 1.0, target.mask_id)
+    tree = SpotProposer(net).propose(req)
+    depth, greedy_drafted = {0: 0}, 0
+    for index, node in enumerate(tree.nodes, start=1):
+        depth[index] = depth[node.parent] + 1
+        (position,), (token,) = node.transition.positions, node.transition.tokens
+        drafted = candidates(view, req.noise(req.step + depth[node.parent]), req.rule)
+        third = int(drafted.greedy[position]) not in (int(drafted.tokens[position]), int(drafted.runner_up[position]))
+        assert token == int(drafted.greedy[position]) or not third
+        greedy_drafted += third
+    assert len(tree.nodes) == 6 and greedy_drafted > 0
 
 
 def test_log_odds_tells_near_certain_positions_apart():
