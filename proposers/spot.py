@@ -17,8 +17,8 @@ target and block length (transfer).
 stale view's candidate under the same rule as the target's (`argmax(logit/T + G(seed, s + depth))`,
 mask excluded), so with coupled noise a right order is accepted at any temperature; where the token
 head expects the target's logits to have moved, the runner-up under the same noise is drafted as a
-sibling. The verifier decides what is committed, so SPOT is lossless by construction whatever the
-network outputs.
+sibling, and at T > 0 so is the stale greedy token where it is a third token. The verifier decides
+what is committed, so SPOT is lossless by construction whatever the network outputs.
 
 Scope: SPOT orders single commits, i.e. the `top1` rule. Under a threshold rule a node commits a set;
 there SPOT delegates to the confidence chain (the rule simulated on the stale logits), and SPOT-Sets
