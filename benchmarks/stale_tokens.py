@@ -2,13 +2,13 @@
 
 An order proposer drafts, at a node d commits below the root, the candidate of a view d + 1 commits
 old (`argmax(logit/T + G(seed, s))` of that view, with the noise of the step s that commits the
-position). This decodes test prompts plainly, keeps the logits, and for every committed position and
-view age k = 1..--ages counts where that candidate is the committed token (TOP), where the
-runner-up under the same scores is (RUNNER_UP), and neither: the ceiling an order proposer works
-under, and the room a runner-up sibling has (proposers/spot.py, docs/spot.md). Where the view's
-greedy token (no noise) is a third token, `greedy` counts the commits that are that token and
-`greedy/neither` the share of such neither-cases it covers (`proposers.spot.GREEDY_SHARE_OF_NEITHER`
-is that share on training prompts).
+position). This decodes prompts of `--split` (test by default) plainly, keeps the logits, and for
+every committed position and view age k = 1..--ages counts where that candidate is the committed
+token (TOP), where the runner-up under the same scores is (RUNNER_UP), and neither: the ceiling an
+order proposer works under, and the room a runner-up sibling has (proposers/spot.py, docs/spot.md).
+Where the view's greedy token (no noise) is a third token, `greedy` counts the commits that are that
+token and `greedy/neither` the share of such neither-cases it covers
+(`proposers.spot.GREEDY_SHARE_OF_NEITHER` is that share on training prompts).
 
     python benchmarks/stale_tokens.py --targets sdar-a --tasks arith,gsm8k --limit 40
     python benchmarks/stale_tokens.py --split train --limit 30 --temperatures 1
