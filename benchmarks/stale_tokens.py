@@ -58,12 +58,11 @@ def main() -> None:
                                                 temperature, target.mask_id)
                             drafted = candidates(view, sample_noise, rule)
                             top, runner_up = int(drafted.tokens[0]), int(drafted.runner_up[0])
-                            greedy = int(drafted.greedy[0])
                             counts[age][0] += 1
                             counts[age][1] += top == token
                             counts[age][2] += runner_up == token
-                            if token not in (top, runner_up) and greedy not in (top, runner_up):
-                                counts[age][3] += greedy == token
+                            if token not in (top, runner_up) and drafted.greedy_is_third(0):
+                                counts[age][3] += int(drafted.greedy[0]) == token
                                 counts[age][4] += 1
                 for age, (total, top, runner_up, greedy, neither) in counts.items():
                     pooled[0] += neither

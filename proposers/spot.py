@@ -133,11 +133,15 @@ class Candidates:
         """The token a tree child with this choice (TOP, RUNNER_UP or GREEDY) drafts at `position`."""
         return int({TOP: self.tokens, RUNNER_UP: self.runner_up, GREEDY: self.greedy}[choice][position])
 
+    def greedy_is_third(self, position: int) -> bool:
+        """Whether the greedy token at `position` is neither the candidate nor the runner-up."""
+        return int(self.greedy[position]) not in (int(self.tokens[position]), int(self.runner_up[position]))
+
     def token_choices(self, token_logp: Tensor, position: int) -> list[tuple[int, float]]:
         """The tree's children at `position` with log P(the target commits that token | it commits
         the position): TOP and RUNNER_UP from the token head, and GREEDY where it is a third token."""
         choices = [(TOP, float(token_logp[position, TOP])), (RUNNER_UP, float(token_logp[position, RUNNER_UP]))]
-        if self.greedy[position] != self.tokens[position] and self.greedy[position] != self.runner_up[position]:
+        if self.greedy_is_third(position):
             choices.append((GREEDY, float(token_logp[position, NEITHER]) + math.log(GREEDY_SHARE_OF_NEITHER)))
         return choices
 

@@ -106,6 +106,17 @@ def request(target: DLMTarget, temperature: float, budget: int, committed: int =
     return DraftRequest(logits, root, 4, noise, rule, temperature, budget)
 
 
+def drafted_nodes(tree, req: DraftRequest):
+    """(position, token, the stale view's candidates at the node's depth) for every node of a tree."""
+    view = StaleView.of(req.stale, req.temperature, req.rule.mask_id)
+    depth = {0: 0}
+    for index, node in enumerate(tree.nodes, start=1):
+        depth[index] = depth[node.parent] + 1
+        (position,), (token,) = node.transition.positions, node.transition.tokens
+        noise = req.noise(req.step + depth[node.parent]) if req.noise else None
+        yield position, token, candidates(view, noise, req.rule)
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("budget", [1, 5, 12])
 def test_tree_is_best_first_within_budget_with_the_rules_candidates(temperature, budget):
@@ -115,13 +126,7 @@ def test_tree_is_best_first_within_budget_with_the_rules_candidates(temperature,
     assert len(tree.nodes) == budget
     prepared = prepare(tree, req.root, target.mask_id, budget)
     assert prepared.states.shape[0] == budget + 1  # nothing invalid, duplicated or block-completing
-    view = StaleView.of(req.stale, temperature, target.mask_id)
-    depth = {0: 0}
-    for index, node in enumerate(tree.nodes, start=1):
-        depth[index] = depth[node.parent] + 1
-        (position,), (token,) = node.transition.positions, node.transition.tokens
-        noise = req.noise(req.step + depth[node.parent]) if req.noise else None
-        drafted = candidates(view, noise, req.rule)
+    for position, token, drafted in drafted_nodes(tree, req):
         assert token in (int(drafted.tokens[position]), int(drafted.runner_up[position]), int(drafted.greedy[position]))
         if temperature == 0:
             assert torch.equal(drafted.greedy, drafted.tokens)  # a third token exists only under noise
@@ -187,14 +192,10 @@ def test_where_the_head_expects_neither_candidate_the_greedy_token_is_drafted():
     with torch.no_grad():
         net.token_head.bias.copy_(torch.tensor([-30.0, -30.0, 0.0]))
     req = request(target, 1.0, 6)
-    view = StaleView.of(req.stale, 1.0, target.mask_id)
     tree = SpotProposer(net).propose(req)
-    depth, greedy_drafted = {0: 0}, 0
-    for index, node in enumerate(tree.nodes, start=1):
-        depth[index] = depth[node.parent] + 1
-        (position,), (token,) = node.transition.positions, node.transition.tokens
-        drafted = candidates(view, req.noise(req.step + depth[node.parent]), req.rule)
-        third = int(drafted.greedy[position]) not in (int(drafted.tokens[position]), int(drafted.runner_up[position]))
+    greedy_drafted = 0
+    for position, token, drafted in drafted_nodes(tree, req):
+        third = drafted.greedy_is_third(position)
         assert token == int(drafted.greedy[position]) or not third
         greedy_drafted += third
     assert len(tree.nodes) == 6 and greedy_drafted > 0
