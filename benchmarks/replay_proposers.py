@@ -8,7 +8,7 @@ passes, summed over prompts) and, for every proposer that is not a baseline, its
 of `confidence` and `confidence-branch` at the same budget with a 95% interval over resampled
 prompts (`harness/bootstrap.py`). Exactness and wall time need
 `spotbench transfer`; this is the quick loop for comparing checkpoints. `--stops` adds, per arm and
-budget, why its passes stopped (`harness.decoding.replay.stop_reason`): at a leaf, on a position
+budget, why its passes stopped (`harness.decoding.tree.stop_reason`): at a leaf, on a position
 no child drafted, on a drafted position with another token, or with nothing drafted.
 
     python benchmarks/replay_proposers.py --targets sdar-a,dream-a --tasks arith,gsm8k --limit 40 \\
@@ -26,8 +26,9 @@ from collections import Counter
 from pathlib import Path
 
 from harness.bootstrap import interval, resampled_speedups, versus_best
-from harness.decoding import DecodeConfig, parse_rule, plain_decode
-from harness.decoding.replay import LEAF, NO_DRAFT, POSITION, TOKEN, Replay, replay
+from harness.decoding import DecodeConfig, Generation, parse_rule, plain_decode
+from harness.decoding.replay import replay
+from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
 from harness.targets.registry import load_target
 from proposers import build_proposer
 from proposers.spot import SpotEnsemble, SpotNet, SpotProposer, load_spot
@@ -37,7 +38,7 @@ from tasks.registry import get_task
 BASELINES = ("confidence", "confidence-branch")
 
 
-def stop_shares(replays: list[Replay]) -> str:
+def stop_shares(replays: list[Generation]) -> str:
     counts = Counter(stop for r in replays for stop in r.stops)
     total = max(1, sum(counts.values()))
     return ", ".join(f"{reason} {counts[reason] / total:.2f}" for reason in (LEAF, POSITION, TOKEN, NO_DRAFT))
@@ -97,10 +98,10 @@ def main() -> None:
                 arms |= {n: lambda p, net=net: SpotProposer(net) for n, net in nets.items()}
                 replays = {arm: [[replay(p, make(p), c, b) for p, c in zip(plains, configs)] for b in budgets]
                            for arm, make in arms.items()}
-                speedups = {arm: [plain_nfe / sum(r.nfe for r in runs) for runs in per_budget]
+                speedups = {arm: [plain_nfe / sum(r.metrics.nfe for r in runs) for runs in per_budget]
                             for arm, per_budget in replays.items()}
                 draws = resampled_speedups([p.metrics.nfe for p in plains],
-                                           {(arm, b): [r.nfe for r in runs] for arm, per_budget in replays.items()
+                                           {(arm, b): [r.metrics.nfe for r in runs] for arm, per_budget in replays.items()
                                             for b, runs in zip(budgets, per_budget)})
                 baselines = [n for n in BASELINES if n in speedups]
                 for arm, values in speedups.items():

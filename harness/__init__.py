@@ -1,1 +1,1 @@
-"""spotbench harness: targets, decoding core, lossless checks, results and the CLI."""
+"""The library core: targets, the decoding core, the arm pipeline, lossless checks, results, gate and report."""

@@ -9,21 +9,22 @@ and as labels the position the target commits next and whether it commits the st
 there, the runner-up or neither. Full-attention targets also yield the block-start view (the
 `following` logits).
 
-Generation k decodes with seed `recipe.seed + k` whichever process runs it, so `workers` (Ray
-tasks, one CPU each) changes how long the collection takes, never what it collects.
+Generation k decodes with seed `recipe.seed + k` whichever process runs it, so where the chunks run
+(here, or as Ray tasks through the caller's map function) changes how long the collection takes,
+never what it collects.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from harness.decoding import NoiseSource, parse_rule
+from harness.decoding import DecodeConfig, NoiseSource, parse_rule, plain_decode
 from harness.targets.target import DLMTarget
 from proposers.spot import NEITHER, RUNNER_UP, TOP, SpotConfig, StaleView, candidates, commit, root_ages, static_features
 
@@ -73,35 +74,22 @@ def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_len
             temperature: float, seed: int, config: SpotConfig) -> tuple[Views, list[int]]:
     """Plain top1 decoding of one prompt; returns its examples and the committed positions."""
     rule = parse_rule("top1", target.family, target.mask_id)
-    session = target.start(prompt_ids, gen_length, block_length)
+    plain = plain_decode(target, prompt_ids, DecodeConfig(rule, gen_length, block_length, temperature, seed),
+                         keep_logits=True)
     noise = NoiseSource(seed, block_length, target.vocab_size) if temperature > 0 else None
-    size, mask_id, step = block_length, target.mask_id, 0
-    statics, pending, positions = [], [], []  # pending: (view, stale, root commits, root step, block, tokens)
-    following = None
-    for _ in range(session.num_blocks):
-        state = torch.full((size,), mask_id, dtype=torch.long)
-        block: list[int] = []
-        tokens: list[int] = []
-        views = [] if following is None else [(following, 0, step)]
-        for j in range(size):
-            output = session.forward(state[None])
-            logits = output.current[0]
-            transition = rule(logits, state, noise(step) if noise else None, temperature)
-            state = transition.apply(state)
-            block.append(transition.positions[0])
-            tokens.append(transition.tokens[0])
-            step += 1
-            if j < size - 2:
-                views.append((logits, j + 1, step))
+    size, mask_id = block_length, target.mask_id
+    positions = [t.positions[0] for t in plain.steps]
+    tokens = [t.tokens[0] for t in plain.steps]
+    statics, pending = [], []  # pending: (view, stale, root commits, root step, block, tokens)
+    for first in range(0, len(plain.steps), size):  # top1: a block is `size` steps
+        block, block_tokens = positions[first : first + size], tokens[first : first + size]
+        previous = plain.following[first // size - 1] if first else None
+        views = [] if previous is None else [(previous, 0, first)]
+        views += [(plain.pass_logits[first + j], j + 1, first + j + 1) for j in range(size - 2)]
         for logits, root_commits, root_step in views:
             stale = StaleView.of(logits, temperature, mask_id)
             statics.append(static_features(stale))
-            pending.append((len(statics) - 1, stale, root_commits, root_step, block, tokens))
-        positions.extend(block)
-        following = None if output.following is None else output.following[0]
-        session.finish_block(state)
-        if bool((state == target.eos_id).any()):
-            break
+            pending.append((len(statics) - 1, stale, root_commits, root_step, block, block_tokens))
     view_ids, cands, ages_list, depths, labels, outcomes = [], [], [], [], [], []
     for view, stale, root_commits, root_step, block, tokens in pending:
         drafted = None
@@ -137,58 +125,47 @@ def collection_of(recipe: SpotRecipe) -> dict:
 
 
 Job = tuple[str, list[int], float]
-"""(source, prompt ids, temperature) of one generation."""
+"""(source, prompt ids, temperature) of one generation. The caller builds the jobs from train-split
+prompts (`spotbench train-proposer`), so this module needs no task registry."""
+
+ChunkMap = Callable[[Callable[..., list[Views]], Sequence[int], tuple], Iterable[list[Views]]]
+"""`map_chunks(fn, firsts, shared)`: `fn(first, *shared)` for every chunk, results in order (e.g.
+`cluster.ordered.map_in_order` with its workers bound). The caller chooses where chunks run."""
 
 
-def collection_jobs(recipe: SpotRecipe, target: DLMTarget) -> list[Job]:
-    """Every (prompt, temperature) generation of the recipe, in a fixed order: task by task, prompt
-    by prompt, temperature by temperature. Generation k decodes with seed `recipe.seed + k`."""
-    from tasks.base import prompt_ids
-    from tasks.registry import get_task
-
-    jobs = []
-    for name, limit in recipe.tasks.items():
-        task = get_task(name, num_fewshot=0)
-        for index, sample in enumerate(task.load("train", limit=limit)):
-            ids = prompt_ids(task, sample, target.tokenizer)
-            jobs.extend((f"{name}/train/{index}", ids, t) for t in recipe.temperatures)
-    return jobs
+def recipe_jobs(recipe: SpotRecipe, prompts: list[tuple[str, list[int]]]) -> list[Job]:
+    """Every (prompt, temperature) generation of the recipe, in a fixed order: prompt by prompt,
+    temperature by temperature (`prompts`: (source, ids) of the recipe's train-split prompts)."""
+    return [(source, ids, temperature) for source, ids in prompts for temperature in recipe.temperatures]
 
 
 def collect_jobs(recipe: SpotRecipe, target: DLMTarget, first: int, jobs: list[Job]) -> list[Views]:
-    """Generations `first`, `first + 1`, ... of the recipe."""
+    """Generations `first`, `first + 1`, ... of the recipe: generation k decodes with seed `recipe.seed + k`."""
     config = SpotConfig(**recipe.model)
     return [collect(target, ids, recipe.gen_length, recipe.block_length, temperature, recipe.seed + first + k, config)[0]
             for k, (_, ids, temperature) in enumerate(jobs)]
 
 
-def _collect_chunk(first: int, recipe: SpotRecipe, jobs: list[Job]) -> list[Views]:
-    """A Ray task: loads the recipe's target in the worker (a model does not travel as an argument)."""
+def collect_chunk(first: int, recipe: SpotRecipe, jobs: list[Job]) -> list[Views]:
+    """One chunk, loading the recipe's target where it runs (a model does not travel as an argument)."""
     from harness.targets.registry import load_target
 
     return collect_jobs(recipe, load_target(recipe.target), first, jobs[first : first + CHUNK])
 
 
-def collect_all(recipe: SpotRecipe, target: DLMTarget, workers: int = 1,
-                address: str | None = None) -> tuple[list[Views], list[str]]:
-    """Every generation of the recipe, in job order; and their sources (`task/train/i@T=t`). With
-    `workers` above 1 or a Ray cluster's `address`, the chunks run as Ray tasks, `workers` at a time."""
-    jobs = collection_jobs(recipe, target)
+def collect_all(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job],
+                map_chunks: ChunkMap | None = None) -> tuple[list[Views], list[str]]:
+    """Every generation of `jobs`, in job order, and their sources (`task/train/i@T=t`). Chunks of
+    CHUNK generations run here, or through `map_chunks` (which then loads the target itself)."""
     sources = [f"{source}@T={temperature:g}" for source, _, temperature in jobs]
+    firsts = list(range(0, len(jobs), CHUNK))
+    if map_chunks is None:
+        chunks: Iterable[list[Views]] = (collect_jobs(recipe, target, f, jobs[f : f + CHUNK]) for f in firsts)
+    else:
+        chunks = map_chunks(collect_chunk, firsts, (recipe, jobs))
     parts: list[Views] = []
     with tqdm(total=len(jobs), desc="collect", unit="gen") as bar:
-        for chunk in _chunks_in_order(recipe, target, jobs, workers, address):
+        for chunk in chunks:
             parts += chunk
             bar.update(len(chunk))
     return parts, sources
-
-
-def _chunks_in_order(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], workers: int,
-                     address: str | None) -> Iterator[list[Views]]:
-    """The generations CHUNK at a time, in job order: here, or as Ray tasks with `workers` in flight."""
-    firsts = list(range(0, len(jobs), CHUNK))
-    if workers <= 1 and address is None:
-        return (collect_jobs(recipe, target, first, jobs[first : first + CHUNK]) for first in firsts)
-    from cluster.ordered import map_in_order
-
-    return map_in_order(_collect_chunk, firsts, (recipe, jobs), workers, address)

@@ -24,7 +24,7 @@ from harness.results import git_revision
 from harness.targets.target import DLMTarget
 from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
 from proposers.spot import CONFIG_FILE, SpotConfig, SpotEnsemble, SpotNet, joint_logp, load_spot, save_spot
-from proposers.spot_collection import Views, collect_all, collection_of
+from proposers.spot_collection import ChunkMap, Job, Views, collect_all, collection_of
 
 DATA_FILE = "trajectories.pt"
 STATE_FILE = "train_state.pt"
@@ -158,10 +158,10 @@ def teachers_of(recipe: SpotRecipe, config: SpotConfig) -> tuple[SpotEnsemble | 
     return (SpotEnsemble(nets).eval() if nets else None), records
 
 
-def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path, workers: int = 1,
-          address: str | None = None) -> dict:
-    """Collect (or reuse the run folder's data) with `workers` processes (on the Ray cluster at
-    `address`, if given), train (or resume) and save the checkpoint to `out_dir`."""
+def train(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], run_dir: Path, out_dir: Path,
+          map_chunks: ChunkMap | None = None) -> dict:
+    """Collect `jobs` (or reuse the run folder's data; `map_chunks` says where chunks run, see
+    `collect_all`), train (or resume) and save the checkpoint to `out_dir`."""
     config = SpotConfig(**recipe.model)
     started_from = None  # the checkpoints the recipe names are checked before the long collection
     if recipe.init_checkpoint is not None:
@@ -177,7 +177,7 @@ def train(recipe: SpotRecipe, target: DLMTarget, run_dir: Path, out_dir: Path, w
                             f"depth than this recipe's; use a new --run-dir")
         parts, sources = saved["parts"], saved["sources"]
     else:
-        parts, sources = collect_all(recipe, target, workers, address)
+        parts, sources = collect_all(recipe, target, jobs, map_chunks)
         save_state(data_path, {"collection": collection, "parts": parts, "sources": sources})
     split = torch.randperm(len(parts), generator=torch.Generator().manual_seed(recipe.seed))
     held = max(1, int(len(parts) * recipe.validation_fraction))

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from typing import Any
 
 from harness.errors import UserError
-from tasks.base import Task
+from tasks.base import Task, prompt_ids
 
 TASKS = {
     "arith": "tasks.arith:Arith",
@@ -33,3 +34,24 @@ def get_task(name: str, num_fewshot: int | None = None) -> Task:
     if num_fewshot is not None and hasattr(task, "num_fewshot"):
         task = dataclasses.replace(task, num_fewshot=num_fewshot)
     return task
+
+
+def train_prompts(limits: dict[str, int], tokenizer: Any) -> list[tuple[str, list[int]]]:
+    """(`task/train/i`, zero-shot prompt ids) for the first `limit` train-split samples of each task:
+    what learned proposers are trained on. Only train splits: nothing from a test split trains anything."""
+    prompts = []
+    for name, limit in limits.items():
+        task = get_task(name, num_fewshot=0)
+        prompts += [(f"{name}/train/{i}", prompt_ids(task, sample, tokenizer))
+                    for i, sample in enumerate(task.load("train", limit=limit))]
+    return prompts
+
+
+def train_pairs(task_names: list[str]) -> list[tuple[str, str]]:
+    """(zero-shot prompt, reference completion) of every train-split sample: the training text of
+    the tiny zoo targets (short contexts, so no few-shot), in the format they are evaluated with."""
+    pairs = []
+    for name in task_names:
+        task = get_task(name.strip(), num_fewshot=0)
+        pairs += [(task.prompt(s), s.target) for s in task.load("train")]
+    return pairs

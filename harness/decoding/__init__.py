@@ -1,4 +1,4 @@
-"""The decoding core: noise, commit rules, plain and speculative loops, draft trees, metrics.
+"""The decoding core: noise, commit rules, the block loop (plain and speculative), draft trees, metrics.
 
 Pure code: no I/O, no Ray, no datasets. The semantics are fixed by DESIGN.md section 3; the
 decisions it leaves open are in docs/decoding.md.
@@ -7,9 +7,8 @@ decisions it leaves open are in docs/decoding.md.
 from harness.decoding.generation import DecodeConfig, Generation
 from harness.decoding.metrics import Metrics
 from harness.decoding.noise import NoiseSource, gumbel
-from harness.decoding.plain import plain_decode
 from harness.decoding.rules import Rule, StepRecord, Transition, parse_rule
-from harness.decoding.speculative import speculative_decode
+from harness.decoding.speculative import plain_decode, speculative_decode
 from harness.decoding.tree import DraftNode, DraftRequest, DraftTree, PreparedTree, Proposer, prepare
 
 __all__ = [

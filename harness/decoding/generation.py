@@ -9,6 +9,7 @@ compares); `answer_ids` cuts it at the first EOS (what gets decoded and scored).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -28,8 +29,8 @@ class DecodeConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise UserError(f"the temperature must be >= 0, got {self.temperature}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise UserError(f"the temperature must be finite and >= 0, got {self.temperature}")
         if not 0 <= self.seed < 2**64:
             raise UserError(f"the seed must be in [0, 2**64), got {self.seed}")
 
@@ -43,13 +44,15 @@ class Generation:
     pass_commits: list[int]
     """Transitions committed by each target pass (all 1 for plain decoding)."""
     records: list[StepRecord] | None
-    """Plain decoding: per step, how close the target's decision was (forensics)."""
+    """The reference (a traced loop): per step, how close the target's decision was (forensics)."""
     metrics: Metrics
     eos_id: int
     pass_logits: list[Tensor] | None = None
-    """Plain decoding with `keep_logits`: [s] the target's logits [B, V] for the state before step s."""
+    """With `keep_logits`: [s] the target's logits [B, V] for the state before step s (on the CPU)."""
     following: list[Tensor | None] | None = None
     """... and per finished block, the logits its last pass gave the next block (full attention)."""
+    stops: list[str] | None = None
+    """Why each pass stopped (`harness.decoding.tree.stop_reason`)."""
 
     @property
     def answer_ids(self) -> list[int]:

@@ -6,84 +6,76 @@ the plain step, and the next stale view is the plain pass's logits at that state
 proposer saves therefore depends only on the plain trajectory and the logits plain decoding computed
 along it. One `plain_decode(..., keep_logits=True)` per prompt lets every (proposer, budget) arm be
 scored without a target pass: minutes of decoding become seconds, which is what a study of many
-checkpoints on many targets needs. It equals `speculative_decode` wherever a state's logits do not
-depend on the batch it was evaluated in (the exactness mode; tests/harness/decoding/test_replay.py
-checks it for every registered proposer). It measures passes only: exactness, wall time and scores
-need real speculative decoding.
+checkpoints on many targets needs.
 
-It also says why each pass stopped (`Replay.stops`), which is what tells a proposer's order errors
-from its token errors.
+Replay runs the one block loop (`speculative_decode`) against a `RecordedTarget`, which answers a
+pass with the recorded logits of each row's state. A row off the plain trajectory gets NaN logits: the
+walk never enters it, and if it did the replayed trajectory would leave the plain one, which `replay`
+refuses. It equals real speculative decoding wherever a state's logits do not depend on the batch it
+was evaluated in (the exactness mode; tests/harness/decoding/test_replay.py checks it for every
+registered proposer). It measures passes only: exactness, wall time and scores need real decoding.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
+from torch import Tensor
 
 from harness.decoding.generation import DecodeConfig, Generation
-from harness.decoding.noise import NoiseSource
-from harness.decoding.rules import Transition
-from harness.decoding.tree import DraftRequest, PreparedTree, Proposer, prepare
-
-NO_DRAFT, LEAF, POSITION, TOKEN = "no_draft", "leaf", "position", "token"
-"""Why a pass stopped: the proposer drafted nothing; the walk reached a node with no children (its
-branch of the budget ended there, or one mask was left); the target committed a position no child
-drafted; or a child drafted its position(s) with other tokens."""
+from harness.decoding.speculative import speculative_decode
+from harness.decoding.tree import Proposer
+from harness.targets.target import BlockLogits
 
 
-def stop_reason(tree: PreparedTree, row: int, transition: Transition) -> str:
-    """Why the walk stopped at `row`, where the target's transition is `transition` and no child holds it."""
-    if not tree.children:
-        return NO_DRAFT
-    drafted = [t for parent, t in tree.children if parent == row]
-    if not drafted:
-        return LEAF
-    return TOKEN if any(t.positions == transition.positions for t in drafted) else POSITION
+class RecordedTarget:
+    """The target as far as a recorded plain generation knows it: the logits of its trajectory's states."""
 
-
-@dataclass(frozen=True)
-class Replay:
-    nfe: int
-    """Target passes speculative decoding would make (the plain generation's extra passes, such as
-    KV-store passes, counted the same way)."""
-    pass_commits: list[int]
-    """Transitions committed by each speculative pass."""
-    stops: list[str]
-    """Why each pass stopped (`stop_reason`)."""
-
-
-def replay(plain: Generation, proposer: Proposer, config: DecodeConfig, budget: int) -> Replay:
-    if plain.pass_logits is None or plain.following is None:
-        raise ValueError("replay needs a plain generation decoded with keep_logits=True")
-    size, mask_id, steps = config.block_length, config.rule.mask_id, plain.steps
-    vocab = plain.pass_logits[0].shape[-1]
-    noise = NoiseSource(config.seed, size, vocab) if config.temperature > 0 else None
-    pass_commits: list[int] = []
-    stops: list[str] = []
-    step, block, stale = 0, 0, None
-    state = torch.full((size,), mask_id, dtype=torch.long)
-    history: list[int] = []
-    while step < len(steps):
-        request = DraftRequest(stale, state, step, noise, config.rule, config.temperature, budget, tuple(history))
-        tree = prepare(proposer.propose(request), state, mask_id, budget)
-        row, depth = 0, 0
-        while True:
-            child = tree.child(row, steps[step + depth])
-            if child is None:
-                break
-            row, depth = child, depth + 1
-        stops.append(stop_reason(tree, row, steps[step + depth]))
-        for transition in steps[step : step + depth + 1]:
+    def __init__(self, plain: Generation, block_length: int, mask_id: int):
+        if plain.pass_logits is None or plain.following is None:
+            raise ValueError("replay needs a plain generation decoded with keep_logits=True")
+        self.plain, self.mask_id, self.eos_id = plain, mask_id, plain.eos_id
+        self.vocab_size = plain.pass_logits[0].shape[-1]
+        self.known: dict[tuple[int, bytes], int] = {}  # (block, state) -> the step taken from it
+        block, state = 0, torch.full((block_length,), mask_id, dtype=torch.long)
+        for step, transition in enumerate(plain.steps):
+            self.known[block, state.numpy().tobytes()] = step
             state = transition.apply(state)
-            history.extend(transition.positions)
-        stale = plain.pass_logits[step + depth]
-        step += depth + 1
-        pass_commits.append(depth + 1)
-        if bool((state != mask_id).all()):
-            stale = plain.following[block]
-            block += 1
-            state = torch.full((size,), mask_id, dtype=torch.long)
-            history = []
-    saved = len(steps) - len(pass_commits)
-    return Replay(plain.metrics.nfe - saved, pass_commits, stops)
+            if bool((state != mask_id).all()):
+                block, state = block + 1, torch.full((block_length,), mask_id, dtype=torch.long)
+
+    def start(self, prompt_ids: object, gen_length: int, block_length: int) -> RecordedSession:
+        return RecordedSession(self, gen_length // block_length)
+
+
+class RecordedSession:
+    def __init__(self, target: RecordedTarget, num_blocks: int):
+        self.target, self.num_blocks = target, num_blocks
+        self.block_index = self.nfe = self.rows = 0
+        self.finished: list[Tensor] = []
+
+    def forward(self, states: Tensor) -> BlockLogits:
+        self.nfe += 1
+        self.rows += states.shape[0]
+        plain = self.target.plain
+        unknown = torch.full_like(plain.pass_logits[0], float("nan"))
+        steps = [self.target.known.get((self.block_index, s.numpy().tobytes())) for s in states]
+        current = torch.stack([unknown if s is None else plain.pass_logits[s] for s in steps])
+        following = plain.following[self.block_index] if self.block_index < len(plain.following) else None
+        return BlockLogits(current, None if following is None else following.expand(len(steps), -1, -1))
+
+    def finish_block(self, state: Tensor) -> None:
+        self.finished.append(state.clone())
+        self.block_index += 1
+
+    def answer(self) -> Tensor:
+        return torch.cat(self.finished)
+
+
+def replay(plain: Generation, proposer: Proposer, config: DecodeConfig, budget: int) -> Generation:
+    """The speculative generation `proposer` would give at `budget`: its passes, commits and stops."""
+    target = RecordedTarget(plain, config.block_length, config.rule.mask_id)
+    generation = speculative_decode(target, [0], proposer, config, budget)  # type: ignore[arg-type]
+    if generation.steps != plain.steps:
+        raise ValueError("the replay left the recorded plain trajectory: the plain generation is not this "
+                         "config's (rule, temperature, seed, geometry)")
+    return generation

@@ -76,8 +76,9 @@ class StepRecord:
 
     `confidence_margin` is the top-1 minus top-2 confidence over masked positions (inf when one is
     left). `decision_gap` is the smallest gap of any decision the rule made, approximately in logit
-    units so one tolerance fits every convention: the candidate score gap at each masked position
-    (times T), the log-confidence gap between the top two positions and, for threshold rules, each
+    units so one tolerance fits every convention: the gap between the two best candidate scores at
+    each masked position (times T; the mask token excluded, it is never a candidate), the
+    log-confidence gap between the top two positions and, for threshold rules, each
     position's log-distance to tau (raw differences for `margin` and `neg_entropy`).
     """
 
@@ -105,18 +106,16 @@ class Rule:
         return self.name if self.tau is None else f"{self.name}:{self.tau:g}"
 
     def __call__(self, logits: Tensor, state: Tensor, noise: Tensor | None, temperature: float) -> Transition:
-        masked, tokens, confidence, _ = self._score(logits, state, noise, temperature)
-        chosen = self._select(confidence)
-        return Transition(tuple(masked[chosen].tolist()), tuple(tokens[chosen].tolist()))
+        return self.explain(logits, state, noise, temperature, record=False)[0]
 
     def explain(
-        self, logits: Tensor, state: Tensor, noise: Tensor | None, temperature: float
-    ) -> tuple[Transition, StepRecord]:
-        """The transition and how close its decision was (the plain decoder records this)."""
+        self, logits: Tensor, state: Tensor, noise: Tensor | None, temperature: float, record: bool = True
+    ) -> tuple[Transition, StepRecord | None]:
+        """The transition and, with `record`, how close its decision was (the reference keeps this)."""
         masked, tokens, confidence, scores = self._score(logits, state, noise, temperature)
         chosen = self._select(confidence)
         transition = Transition(tuple(masked[chosen].tolist()), tuple(tokens[chosen].tolist()))
-        return transition, self._record(confidence, scores, temperature)
+        return transition, self._record(confidence, scores, temperature) if record else None
 
     def _score(
         self, logits: Tensor, state: Tensor, noise: Tensor | None, temperature: float
@@ -150,7 +149,8 @@ class Rule:
         return keep.nonzero().squeeze(1)
 
     def _record(self, confidence: Tensor, scores: Tensor, temperature: float) -> StepRecord:
-        top2 = scores.topk(2, dim=-1).values
+        # the token decision's gap is between candidates, and the mask token never is one
+        top2 = scores.index_fill(-1, torch.tensor([self.mask_id], device=scores.device), -math.inf).topk(2, dim=-1).values
         gaps = [float((top2[:, 0] - top2[:, 1]).min()) * (temperature if temperature > 0 else 1.0)]
         scaled = confidence.clamp_min(1e-300).log() if self.confidence in _LOG_SCALED else confidence
         margin = math.inf

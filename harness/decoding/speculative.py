@@ -1,4 +1,4 @@
-"""The speculative loop (DESIGN.md section 3), identical for every proposer.
+"""The block loop (DESIGN.md section 3): one loop for every arm, plain decoding included.
 
 Each pass: the proposer drafts a tree from the stale view; the root and every node are evaluated in
 ONE target pass; the verifier walks from the root, computing the target's own transition with the
@@ -6,6 +6,11 @@ rule and the noise of step s + depth, and moves to the child whose transition eq
 equality); it commits the walked transitions plus the final one (the bonus). The proposer only
 chooses which states get evaluated, never what is committed, so the output equals plain decoding's
 whenever a state's logits do not depend on the batch it was evaluated in (exactness mode).
+
+Plain decoding is this loop with budget 0 (`plain_decode`): every pass evaluates the root alone and
+commits one transition. With `trace` the loop also keeps what the reference needs: per step, how
+close the rule's decision was (`StepRecord`, for divergence forensics) and the stale-token hit count;
+with `keep_logits`, the logits of every walked row (replay and SPOT's training data read them).
 """
 
 from __future__ import annotations
@@ -18,13 +23,14 @@ from torch import Tensor
 from harness.decoding.generation import DecodeConfig, Generation, synchronize
 from harness.decoding.metrics import Metrics
 from harness.decoding.noise import NoiseSource
-from harness.decoding.rules import Transition
-from harness.decoding.tree import DraftRequest, Proposer, prepare
+from harness.decoding.rules import StepRecord, Transition, greedy_tokens
+from harness.decoding.tree import DraftRequest, DraftTree, Proposer, prepare, stop_reason
 from harness.targets.target import DLMTarget
 
 
 def speculative_decode(
-    target: DLMTarget, prompt_ids: list[int] | Tensor, proposer: Proposer, config: DecodeConfig, budget: int
+    target: DLMTarget, prompt_ids: list[int] | Tensor, proposer: Proposer, config: DecodeConfig, budget: int,
+    trace: bool = False, keep_logits: bool = False,
 ) -> Generation:
     if budget < 0:
         raise ValueError(f"the draft budget must be >= 0, got {budget}")
@@ -34,6 +40,10 @@ def speculative_decode(
     metrics = Metrics(accepted_per_depth=[0] * budget)
     steps: list[Transition] = []
     pass_commits: list[int] = []
+    stops: list[str] = []
+    records: list[StepRecord] = []
+    kept: list[Tensor] = []
+    following: list[Tensor | None] = []
     state = torch.full((size,), mask_id, dtype=torch.long)
     stale: Tensor | None = None
     history: list[int] = []  # this block's committed positions, oldest first
@@ -55,26 +65,59 @@ def speculative_decode(
         row, depth = 0, 0
         while True:
             sample = noise(root_step + depth) if noise else None
-            transition = rule(logits.current[row], tree.states[row], sample, temperature)
+            transition, record = rule.explain(logits.current[row], tree.states[row], sample, temperature, trace)
             steps.append(transition)
+            if trace:
+                records.append(record)
+            if keep_logits:
+                kept.append(logits.current[row].cpu())
             child = tree.child(row, transition)
             if child is None:
                 break  # `transition` is the bonus commit
             metrics.accepted_per_depth[depth] += 1
             row, depth = child, depth + 1
+        if trace and stale is not None:
+            count_stale_hits(metrics, stale, steps[root_step:], mask_id)
         metrics.draft_nodes += tree.states.shape[0] - 1
         pass_commits.append(depth + 1)
+        stops.append(stop_reason(tree, row, transition))
         history.extend(p for t in steps[root_step:] for p in t.positions)
         state = transition.apply(tree.states[row])
+        stale = logits.current[row]
         if bool((state != mask_id).all()):
             session.finish_block(state)
+            stale = None if logits.following is None else logits.following[row]
+            if keep_logits:
+                following.append(None if stale is None else stale.cpu())
             if bool((state == target.eos_id).any()) or session.block_index == session.num_blocks:
                 break
-            stale = None if logits.following is None else logits.following[row]
             state = torch.full((size,), mask_id, dtype=torch.long)
             history = []
-        else:
-            stale = logits.current[row]
     metrics.wall_s = time.perf_counter() - start
     metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(steps)
-    return Generation(session.answer(), steps, pass_commits, None, metrics, target.eos_id)
+    return Generation(session.answer(), steps, pass_commits, records if trace else None, metrics, target.eos_id,
+                      kept if keep_logits else None, following if keep_logits else None, stops)
+
+
+def count_stale_hits(metrics: Metrics, stale: Tensor, committed: list[Transition], mask_id: int) -> None:
+    """The stale-token hit rate (SPOT's premise, >90% on real models): of the tokens a pass commits,
+    how many equal the stale view's greedy token at their position (mask excluded, as in the rules).
+    Under plain decoding the stale view is the previous pass over the block; the first pass of a
+    block has one only on full-attention targets (the `following` logits)."""
+    greedy = greedy_tokens(stale, mask_id)
+    for transition in committed:
+        metrics.stale_commits += len(transition.positions)
+        metrics.stale_hits += sum(int(greedy[p]) == t for p, t in zip(transition.positions, transition.tokens))
+
+
+class NoDraft:
+    """The proposer of plain decoding: drafts nothing."""
+
+    def propose(self, request: DraftRequest) -> DraftTree:
+        return DraftTree()
+
+
+def plain_decode(target: DLMTarget, prompt_ids: list[int] | Tensor, config: DecodeConfig,
+                 keep_logits: bool = False) -> Generation:
+    """The reference every speculative arm must reproduce token for token: budget 0, traced."""
+    return speculative_decode(target, prompt_ids, NoDraft(), config, 0, trace=True, keep_logits=keep_logits)

@@ -107,3 +107,20 @@ def prepare(tree: DraftTree, root: Tensor, mask_id: int, budget: int) -> Prepare
         row_of[index] = children[key] = len(states)
         states.append(node.transition.apply(parent))
     return PreparedTree(torch.stack(states), children)
+
+
+NO_DRAFT, LEAF, POSITION, TOKEN = "no_draft", "leaf", "position", "token"
+"""Why a pass stopped: the proposer drafted nothing; the walk reached a node with no children (its
+branch of the budget ended there, or one mask was left); the target committed a position no child
+drafted; or a child drafted its position(s) with other tokens. Order errors and token errors of a
+proposer call for different fixes, so every arm records them."""
+
+
+def stop_reason(tree: PreparedTree, row: int, transition: Transition) -> str:
+    """Why the walk stopped at `row`, where the target's transition is `transition` and no child holds it."""
+    if not tree.children:
+        return NO_DRAFT
+    drafted = [t for parent, t in tree.children if parent == row]
+    if not drafted:
+        return LEAF
+    return TOKEN if any(t.positions == transition.positions for t in drafted) else POSITION

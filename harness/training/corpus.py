@@ -1,7 +1,7 @@
-"""Training text for the tiny targets: (prompt, reference answer) pairs from tasks' train splits.
+"""Training text for the tiny targets: (prompt, reference answer) pairs encoded as examples.
 
-Prompts come from each task's own prompt builder, so a zoo model is trained on exactly the format it
-is evaluated with. Only train splits are read: nothing from a test split trains anything.
+The caller reads the pairs from tasks' train splits (`tasks.registry.train_pairs`), so a zoo model is
+trained on exactly the format it is evaluated with and nothing from a test split trains anything.
 """
 
 from __future__ import annotations
@@ -9,17 +9,6 @@ from __future__ import annotations
 import random
 
 from harness.training.objective import Example
-
-
-def training_pairs(task_names: list[str]) -> list[tuple[str, str]]:
-    """Zero-shot prompts (tiny models have short contexts) and each sample's reference completion."""
-    from tasks.registry import get_task
-
-    pairs = []
-    for name in task_names:
-        task = get_task(name.strip(), num_fewshot=0)
-        pairs += [(task.prompt(s), s.target) for s in task.load("train")]
-    return pairs
 
 
 def encode_examples(pairs: list[tuple[str, str]], tokenizer, recipe) -> list[Example]:

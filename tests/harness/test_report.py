@@ -6,7 +6,7 @@ import pytest
 
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
-from harness.cli import main
+from spotbench.cli import main
 from harness.results import RunDir, group_id
 from tasks.registry import get_task
 

@@ -3,8 +3,6 @@ sees, and the collection does not depend on how many processes run it."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -12,8 +10,7 @@ from harness.decoding import DecodeConfig, NoiseSource, parse_rule, plain_decode
 from harness.decoding.rules import candidate_scores
 from harness.targets.registry import load_target
 from proposers.spot import MASKED, NEITHER, RUNNER_UP, TOP, SpotConfig
-from proposers.spot_collection import collect, collect_all
-from proposers.spot_training import SpotRecipe
+from proposers.spot_collection import collect
 
 PROMPT = list(b"Q: 2+2=?\nA:")
 
@@ -64,39 +61,3 @@ def test_token_outcomes_compare_the_stale_candidates_with_what_plain_decoding_co
                 expected.append(TOP if top == token else RUNNER_UP if runner_up == token else NEITHER)
     assert views.token.tolist() == expected
     assert len(set(expected)) > 1
-
-
-def test_ray_workers_collect_exactly_what_one_process_collects():
-    recipe = SpotRecipe(name="t", target="tiny-random:sdar", tasks={"arith": 20}, temperatures=(0.0, 1.0),
-                        gen_length=16, block_length=8, model={"max_depth": 5})
-    target = load_target(recipe.target)
-    alone, sources = collect_all(recipe, target)
-    assert len(alone) == 40 > 2 * 16  # more generations than two workers' first chunks
-    together, same_sources = collect_all(recipe, target, workers=2)
-    assert same_sources == sources and sources[:2] == ["arith/train/0@T=0", "arith/train/0@T=1"]
-    for one, other in zip(alone, together):
-        assert all(torch.equal(getattr(one, f.name), getattr(other, f.name)) for f in dataclasses.fields(one)
-                   if f.name != "temperature") and one.temperature == other.temperature
-    reseeded = collect_all(dataclasses.replace(recipe, seed=1), target, workers=2)[0]
-    assert any(not torch.equal(a.candidate, b.candidate) for a, b in zip(alone, reseeded) if a.temperature > 0)
-
-
-def test_an_address_sends_the_collection_to_that_ray_cluster(monkeypatch):
-    import ray
-
-    from proposers import spot_collection
-
-    recipe = SpotRecipe(name="t", target="tiny-random:sdar", tasks={"arith": 10}, temperatures=(0.0, 1.0),
-                        gen_length=16, block_length=8, model={"max_depth": 5})
-    target = load_target(recipe.target)
-    alone = collect_all(recipe, target)[0]
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
-    try:
-        # the driver may not collect: only the cluster's workers (a fresh import there) can
-        monkeypatch.setattr(spot_collection, "collect_jobs", lambda *args: pytest.fail("collected in the driver"))
-        remote = collect_all(recipe, target, address=ray.get_runtime_context().gcs_address)[0]
-        assert ray.is_initialized()  # a cluster the caller started stays up
-    finally:
-        ray.shutdown()
-    assert all(torch.equal(a.candidate, b.candidate) and torch.equal(a.label, b.label) for a, b in zip(alone, remote))
-    assert len(remote) == len(alone) == 20

@@ -12,10 +12,15 @@ import torch
 
 from harness.targets.registry import load_target
 from proposers.spot import CONFIG_FILE, WEIGHTS_FILE, SpotConfig, load_spot
-from proposers.spot_collection import Views, collect
+from proposers.spot_collection import Views, collect, recipe_jobs
 from proposers.spot_training import DATA_FILE, SpotRecipe, train
+from tasks.registry import train_prompts
 
 PROMPT = list(b"Q: 2+2=?\nA:")
+
+
+def jobs_for(recipe: SpotRecipe, target) -> list:
+    return recipe_jobs(recipe, train_prompts(recipe.tasks, target.tokenizer))
 
 
 def tiny_recipe(**fields) -> SpotRecipe:
@@ -29,27 +34,27 @@ def tiny_recipe(**fields) -> SpotRecipe:
 def test_training_is_deterministic_and_records_provenance(tmp_path):
     recipe = tiny_recipe(temperatures=(0.0, 1.0), steps=3, validation_fraction=0.25)
     target = load_target(recipe.target)
-    first = train(recipe, target, tmp_path / "run1", tmp_path / "out1")
-    second = train(recipe, target, tmp_path / "run2", tmp_path / "out2")
+    first = train(recipe, target, jobs_for(recipe, target), tmp_path / "run1", tmp_path / "out1")
+    second = train(recipe, target, jobs_for(recipe, target), tmp_path / "run2", tmp_path / "out2")
     assert first["validation"] == second["validation"]
     assert (tmp_path / "out1" / WEIGHTS_FILE).read_bytes() == (tmp_path / "out2" / WEIGHTS_FILE).read_bytes()
     meta = json.loads((tmp_path / "out1" / CONFIG_FILE).read_text())
     assert meta["provenance"]["target"] == "tiny-random:sdar" and meta["provenance"]["data"] == ["arith/train"]
     revision = meta["provenance"]["git_revision"]
     assert revision is None or len(revision.removesuffix("+dirty")) == 40
-    reloaded = train(recipe, target, tmp_path / "run1", tmp_path / "out3")  # resumes: nothing left to do
+    reloaded = train(recipe, target, jobs_for(recipe, target), tmp_path / "run1", tmp_path / "out3")  # resumes: nothing left to do
     assert reloaded["validation"] == first["validation"]
     assert load_spot(tmp_path / "out1").config.width == 16
     changed = dataclasses.replace(recipe, learning_rate=0.5)
     with pytest.raises(Exception, match="different recipe"):
-        train(changed, target, tmp_path / "run1", tmp_path / "out4")
+        train(changed, target, jobs_for(changed, target), tmp_path / "run1", tmp_path / "out4")
 
 
 @pytest.mark.parametrize("average_from", [None, 2])
 def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path, monkeypatch, average_from):
     recipe = tiny_recipe(temperatures=(0.0, 1.0), steps=6, checkpoint_every=2, average_from=average_from)
     target = load_target(recipe.target)
-    train(recipe, target, tmp_path / "straight", tmp_path / "out1")
+    train(recipe, target, jobs_for(recipe, target), tmp_path / "straight", tmp_path / "out1")
     original, calls = torch.optim.AdamW.step, []
 
     def crash_on_fifth_step(self, *args, **kwargs):
@@ -60,10 +65,10 @@ def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path, monkeypatch, a
 
     monkeypatch.setattr(torch.optim.AdamW, "step", crash_on_fifth_step)
     with pytest.raises(KeyboardInterrupt):
-        train(recipe, target, tmp_path / "resumed", tmp_path / "out2")
+        train(recipe, target, jobs_for(recipe, target), tmp_path / "resumed", tmp_path / "out2")
     monkeypatch.setattr(torch.optim.AdamW, "step", original)
     assert torch.load(tmp_path / "resumed" / "train_state.pt", weights_only=False)["step"] == 4
-    train(recipe, target, tmp_path / "resumed", tmp_path / "out2")
+    train(recipe, target, jobs_for(recipe, target), tmp_path / "resumed", tmp_path / "out2")
     assert (tmp_path / "out1" / WEIGHTS_FILE).read_bytes() == (tmp_path / "out2" / WEIGHTS_FILE).read_bytes()
 
 
@@ -72,20 +77,20 @@ def test_a_run_saved_before_a_recipe_field_existed_resumes_as_its_default(tmp_pa
 
     recipe = tiny_recipe()
     target = load_target(recipe.target)
-    train(recipe, target, tmp_path / "run", tmp_path / "out")
+    train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "out")
     state_path = tmp_path / "run" / "train_state.pt"
     state = torch.load(state_path, weights_only=False)
     del state["recipe"]["teachers"], state["recipe"]["distill_weight"]  # as saved before they existed
     torch.save(state, state_path)
-    assert train(recipe, target, tmp_path / "run", tmp_path / "resumed")["steps"] == recipe.steps
+    assert train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "resumed")["steps"] == recipe.steps
     assert (tmp_path / "resumed" / WEIGHTS_FILE).read_bytes() == (tmp_path / "out" / WEIGHTS_FILE).read_bytes()
     taught = dataclasses.replace(recipe, teachers=(str(tmp_path / "out"),))
     with pytest.raises(UserError, match="different recipe"):
-        train(taught, target, tmp_path / "run", tmp_path / "taught")
+        train(taught, target, jobs_for(taught, target), tmp_path / "run", tmp_path / "taught")
     state["recipe"]["removed_field"] = 1
     torch.save(state, state_path)
     with pytest.raises(UserError, match="different recipe"):
-        train(recipe, target, tmp_path / "run", tmp_path / "again")
+        train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "again")
 
 
 def test_training_seed_reseeds_the_network_but_keeps_the_data_and_split(tmp_path):
@@ -98,7 +103,7 @@ def test_training_seed_reseeds_the_network_but_keeps_the_data_and_split(tmp_path
         if training_seed is not None:  # shares the first run's collection, as the field's docstring says
             (run / DATA_FILE).symlink_to(tmp_path / "runNone" / DATA_FILE)
         changed = dataclasses.replace(recipe, training_seed=training_seed)
-        reports[training_seed] = train(changed, target, run, tmp_path / f"out{training_seed}")
+        reports[training_seed] = train(changed, target, jobs_for(changed, target), run, tmp_path / f"out{training_seed}")
     weights = {k: (tmp_path / f"out{k}" / WEIGHTS_FILE).read_bytes() for k in reports}
     assert weights[None] == weights[0] and weights[1] != weights[0]
     assert reports[1]["provenance"]["training_seed"] == 1 and reports[1]["provenance"]["seed"] == 0
@@ -110,13 +115,13 @@ def test_a_run_folder_refuses_data_collected_for_another_recipe(tmp_path):
 
     recipe = tiny_recipe(steps=1)
     target = load_target(recipe.target)
-    train(recipe, target, tmp_path / "run", tmp_path / "out")
+    train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "out")
     (tmp_path / "run" / "train_state.pt").unlink()  # only the collected data is left to guard
     more_prompts = dataclasses.replace(recipe, tasks={"arith": 3})
     with pytest.raises(UserError, match="collected for another .* use a new --run-dir"):
-        train(more_prompts, target, tmp_path / "run", tmp_path / "out2")
+        train(more_prompts, target, jobs_for(more_prompts, target), tmp_path / "run", tmp_path / "out2")
     longer = dataclasses.replace(recipe, steps=2)
-    assert train(longer, target, tmp_path / "run", tmp_path / "out3")["steps"] == 2
+    assert train(longer, target, jobs_for(longer, target), tmp_path / "run", tmp_path / "out3")["steps"] == 2
 
 
 def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch):
@@ -135,7 +140,7 @@ def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch):
     for decay in (1.0, 0.01):
         drawn[decay] = []
         recipe = tiny_recipe(steps=20, batch_size=16, depth_decay=decay)
-        report = train(recipe, target, tmp_path / f"run{decay}", tmp_path / f"out{decay}")
+        report = train(recipe, target, jobs_for(recipe, target), tmp_path / f"run{decay}", tmp_path / f"out{decay}")
         assert set(report["validation_depths_0_3"]) == {"loss", "accuracy", "token_accuracy"}
     assert len(drawn[1.0]) == len(drawn[0.01]) == 20 * 16
     at_depth_0 = {decay: sum(d == 0 for d in depths) / len(depths) for decay, depths in drawn.items()}
@@ -161,17 +166,17 @@ def test_init_checkpoint_starts_the_run_from_its_weights(tmp_path):
 
     recipe = tiny_recipe()
     target = load_target(recipe.target)
-    train(recipe, target, tmp_path / "run", tmp_path / "start")
+    train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "start")
     frozen = dataclasses.replace(recipe, init_checkpoint=str(tmp_path / "start"), learning_rate=0.0, training_seed=1)
-    report = train(frozen, target, tmp_path / "run-frozen", tmp_path / "frozen")
+    report = train(frozen, target, jobs_for(frozen, target), tmp_path / "run-frozen", tmp_path / "frozen")
     assert (tmp_path / "frozen" / WEIGHTS_FILE).read_bytes() == (tmp_path / "start" / WEIGHTS_FILE).read_bytes()
     started = report["provenance"]["init_checkpoint"]
     assert started["folder"] == str(tmp_path / "start") and started["provenance"]["target"] == recipe.target
     wider = dataclasses.replace(frozen, model=recipe.model | {"width": 32})
     with pytest.raises(UserError, match="make the recipe's model match it"):
-        train(wider, target, tmp_path / "run-wider", tmp_path / "wider")
+        train(wider, target, jobs_for(wider, target), tmp_path / "run-wider", tmp_path / "wider")
     with pytest.raises(UserError, match="holds no SPOT checkpoint"):
-        train(dataclasses.replace(recipe, init_checkpoint=str(tmp_path)), target, tmp_path / "run-none", tmp_path / "x")
+        train(dataclasses.replace(recipe, init_checkpoint=str(tmp_path)), target, [], tmp_path / "run-none", tmp_path / "x")
 
 
 def test_average_from_holds_the_learning_rate_and_saves_the_mean_of_the_later_weights(tmp_path, monkeypatch):
@@ -190,13 +195,13 @@ def test_average_from_holds_the_learning_rate_and_saves_the_mean_of_the_later_we
     monkeypatch.setattr(training, "optimizer_step", recording)
     recipe = tiny_recipe(steps=4, warmup_steps=2, average_from=1, learning_rate=0.01)
     target = load_target(recipe.target)
-    train(recipe, target, tmp_path / "run", tmp_path / "out")
+    train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "out")
     assert learning_rates == pytest.approx([0.005, 0.01, 0.01, 0.01])  # warmup, then held (cosine would fall)
     expected = [torch.stack(step).mean(0) for step in zip(*weights[1:])]  # after steps 2, 3 and 4
     saved = list(load_spot(tmp_path / "out").parameters())
     assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(saved, expected))
     assert not torch.allclose(saved[0], weights[-1][0])
-    train(recipe, target, tmp_path / "run", tmp_path / "resumed")  # resumes the average, nothing left to do
+    train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "resumed")  # resumes the average, nothing left to do
     assert (tmp_path / "resumed" / WEIGHTS_FILE).read_bytes() == (tmp_path / "out" / WEIGHTS_FILE).read_bytes()
 
 
@@ -236,7 +241,7 @@ def test_teachers_pull_the_student_towards_their_mixture(tmp_path):
 
     recipe = tiny_recipe(steps=20, learning_rate=0.01, validation_fraction=0.5)
     target = load_target(recipe.target)
-    train(recipe, target, tmp_path / "run", tmp_path / "trained")
+    train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "trained")
     torch.manual_seed(5)  # a teacher far from what the recorded commits teach: random, loud, no confidence prior
     teacher = SpotNet(SpotConfig(**recipe.model))
     with torch.no_grad():
@@ -261,16 +266,16 @@ def test_teachers_pull_the_student_towards_their_mixture(tmp_path):
         run = tmp_path / f"run{weight}"
         run.mkdir()
         (run / DATA_FILE).symlink_to(tmp_path / "run" / DATA_FILE)
-        reports[weight] = train(taught, target, run, tmp_path / f"student{weight}")
+        reports[weight] = train(taught, target, jobs_for(taught, target), run, tmp_path / f"student{weight}")
     assert divergence(tmp_path / "student1.0") < 0.5 * divergence(tmp_path / "student0.0")
     assert divergence(tmp_path / "student1.0") < 0.5 * divergence(tmp_path / "trained")
     taught_by = reports[1.0]["provenance"]["teachers"]
     assert [t["folder"] for t in taught_by] == [str(tmp_path / "teacher")] and taught_by[0]["provenance"]["seed"] == 5
     with pytest.raises(UserError, match="teacher .* holds no SPOT checkpoint"):
-        train(dataclasses.replace(recipe, teachers=(str(tmp_path),)), target, tmp_path / "run-none", tmp_path / "x")
+        train(dataclasses.replace(recipe, teachers=(str(tmp_path),)), target, [], tmp_path / "run-none", tmp_path / "x")
     other_ages = dataclasses.replace(recipe, teachers=(str(tmp_path / "teacher"),), model=recipe.model | {"max_age": 4})
     with pytest.raises(UserError, match="use teachers trained with the recipe's max_age"):
-        train(other_ages, target, tmp_path / "run-ages", tmp_path / "y")
+        train(other_ages, target, jobs_for(other_ages, target), tmp_path / "run-ages", tmp_path / "y")
 
 
 ZOO_PROPOSERS = Path(__file__).resolve().parents[2] / "zoo" / "proposers"

@@ -2,7 +2,7 @@
 
 import json
 
-from harness.cli import main
+from spotbench.cli import main
 from tasks import data
 from tasks.arith import Arith
 

@@ -1,9 +1,10 @@
-"""The plain decoder's stale-token hit rate, recomputed independently from its trajectory."""
+"""Plain decoding (the one block loop at budget 0) against independent loops: its trajectory and
+its stale-token hit rate, recomputed by hand."""
 
 import pytest
 import torch
 
-from harness.decoding import DecodeConfig, parse_rule, plain_decode
+from harness.decoding import DecodeConfig, gumbel, parse_rule, plain_decode
 from harness.targets.registry import load_target
 
 PROMPT = [72, 105, 33, 32, 50, 43, 51]
@@ -56,3 +57,37 @@ def test_stale_hit_rate_matches_an_independent_count(family: str, temperature: f
     expected_commits = len(generation.steps) - (blocks if family == "sdar" else 1)
     assert commits == expected_commits
     assert 0 < hits <= commits
+
+
+def _naive_plain(target, config) -> tuple[list, torch.Tensor, int]:
+    """Plain decoding written out directly from DESIGN.md section 3, one pass per commit, so the one
+    block loop (plain = budget 0) is checked against something it does not share."""
+    size, steps, blocks = config.block_length, [], []
+    session = target.start(PROMPT, config.gen_length, size)
+    for _ in range(config.gen_length // size):
+        state = torch.full((size,), target.mask_id)
+        while bool((state == target.mask_id).any()):
+            logits = session.forward(state[None]).current[0]
+            noise = gumbel(config.seed, len(steps), size, target.vocab_size) if config.temperature else None
+            transition = config.rule(logits, state, noise, config.temperature)
+            steps.append(transition)
+            state = transition.apply(state)
+        session.finish_block(state)
+        blocks.append(state)
+        if bool((state == target.eos_id).any()):
+            break
+    return steps, torch.cat(blocks), session.nfe
+
+
+@pytest.mark.parametrize("family", ["sdar", "llada", "dream", "llada2"])
+@pytest.mark.parametrize("rule", ["top1", "threshold:0.05"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_plain_decoding_is_the_naive_loop(family: str, rule: str, temperature: float) -> None:
+    target = load_target(f"tiny-random:{family}:2")
+    config = DecodeConfig(parse_rule(rule, target.family, target.mask_id), 24, 8, temperature, 11)
+    generation = plain_decode(target, PROMPT, config)
+    steps, tokens, nfe = _naive_plain(target, config)
+    assert generation.steps == steps
+    assert torch.equal(generation.tokens, tokens)
+    assert generation.metrics.nfe == nfe == len(steps)
+    assert generation.pass_commits == [1] * len(steps) and len(generation.records) == len(steps)

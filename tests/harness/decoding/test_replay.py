@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from harness.decoding import DecodeConfig, DraftTree, parse_rule, plain_decode, speculative_decode
-from harness.decoding.replay import LEAF, NO_DRAFT, POSITION, TOKEN, replay
+from harness.decoding.replay import replay
+from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
 from harness.decoding.rules import Transition
 from harness.targets.registry import load_target
 from harness.targets.target import DLMTarget
@@ -41,8 +42,9 @@ def test_replay_counts_the_passes_of_speculative_decoding(family, temperature, r
         for budget in (0, 1, 5):
             spec = speculative_decode(target, PROMPT, build_proposer(name, target, plain), cfg, budget)
             replayed = replay(plain, build_proposer(name, target, plain), cfg, budget)
-            assert (replayed.nfe, replayed.pass_commits) == (spec.metrics.nfe, spec.pass_commits), (name, budget)
-            saved_any |= replayed.nfe < plain.metrics.nfe
+            assert (replayed.metrics.nfe, replayed.pass_commits, replayed.stops) == (
+                spec.metrics.nfe, spec.pass_commits, spec.stops), (name, budget)
+            saved_any |= replayed.metrics.nfe < plain.metrics.nfe
     assert saved_any
 
 
@@ -62,8 +64,8 @@ def test_a_proposer_that_is_never_right_saves_nothing_and_logits_are_required():
     target = exact_target("llada")
     cfg = config(target, "top1", 0.0, (16, 8))
     plain = plain_decode(target, PROMPT, cfg, keep_logits=True)
-    assert replay(plain, Off(plain), cfg, 4).nfe == plain.metrics.nfe
-    assert replay(plain, build_proposer("oracle", target, plain), cfg, 4).nfe < plain.metrics.nfe
+    assert replay(plain, Off(plain), cfg, 4).metrics.nfe == plain.metrics.nfe
+    assert replay(plain, build_proposer("oracle", target, plain), cfg, 4).metrics.nfe < plain.metrics.nfe
     with pytest.raises(ValueError, match="keep_logits"):
         replay(plain_decode(target, PROMPT, cfg), Off(plain), cfg, 4)
     assert torch.equal(plain.tokens, plain_decode(target, PROMPT, cfg).tokens)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from harness.cli import main
+from spotbench.cli import main
 from harness.errors import UserError
 from harness.targets.checkpoint import load_checkpoint, save_checkpoint
 from harness.targets.formats import FORMATS
@@ -186,7 +186,7 @@ def test_cli_describes_a_checkpoint_folder_and_exits_2_on_a_bad_one(tmp_path, re
     reference.write_published("llada2", tmp_path / "ok", shards=2)
     reference.write_published("sdar", tmp_path / "bad")
     _edit_config(tmp_path / "bad", model_type="sdar_moe")
-    run = [sys.executable, "-m", "harness.cli", "target"]
+    run = [sys.executable, "-m", "spotbench.cli", "target"]
     ok = subprocess.run([*run, str(tmp_path / "ok"), "--json"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     info = json.loads(ok.stdout)

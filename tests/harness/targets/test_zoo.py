@@ -5,7 +5,7 @@ import json
 import pytest
 import yaml
 
-from harness.cli import main
+from spotbench.cli import main
 from harness.targets.registry import load_target
 from harness.targets.zoo import PROJECT_ROOT, zoo_entry, zoo_names
 

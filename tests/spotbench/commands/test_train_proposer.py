@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.cli import main
+from spotbench.cli import main
 from proposers.spot import CONFIG_FILE, WEIGHTS_FILE
 
 RECIPE = """name: t

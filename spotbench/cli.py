@@ -14,17 +14,17 @@ import sys
 from harness.errors import UserError
 
 COMMAND_MODULES = [
-    "harness.commands.inspect_target",
-    "harness.commands.decode",
-    "harness.commands.train_target",
-    "harness.commands.zoo",
-    "harness.commands.diagnose",
-    "harness.commands.train_proposer",
-    "harness.commands.transfer",
-    "harness.commands.tasks_cmd",
-    "harness.commands.run",
-    "harness.commands.gate",
-    "harness.commands.report",
+    "spotbench.commands.inspect_target",
+    "spotbench.commands.decode",
+    "spotbench.commands.train_target",
+    "spotbench.commands.zoo",
+    "spotbench.commands.diagnose",
+    "spotbench.commands.train_proposer",
+    "spotbench.commands.transfer",
+    "spotbench.commands.tasks_cmd",
+    "spotbench.commands.run",
+    "spotbench.commands.gate",
+    "spotbench.commands.report",
 ]
 
 

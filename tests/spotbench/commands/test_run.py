@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from cluster.suite import Suite, build_suite, load_suite
-from harness.cli import main
+from spotbench.cli import main
 from harness.errors import UserError
 from harness.results import RunDir
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from harness.cli import main
+from spotbench.cli import main
 from proposers.spot import SpotConfig, SpotNet, save_spot
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from harness.cli import main
+from spotbench.cli import main
 
 SMALL = ["--gen-length", "16", "--block-length", "8"]
 

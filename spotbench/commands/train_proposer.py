@@ -28,13 +28,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import dataclasses
+    import functools
 
     import torch
 
+    from cluster.ordered import map_in_order
     from cluster.runner import check_address
     from harness.errors import UserError
     from harness.targets.registry import load_target
+    from proposers.spot_collection import recipe_jobs
     from proposers.spot_training import SpotRecipe, train
+    from tasks.registry import train_prompts
 
     torch.set_num_threads(1)
     recipe = SpotRecipe.load(args.recipe)
@@ -45,7 +49,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--workers must be at least 1, not {args.workers}")
     if args.address:
         check_address(args.address)  # now, not after the teachers load and the bar starts
-    report = train(recipe, load_target(recipe.target), Path(args.run_dir) if args.run_dir else out / "run", out,
-                   args.workers, args.address)
+    target = load_target(recipe.target)
+    jobs = recipe_jobs(recipe, train_prompts(recipe.tasks, target.tokenizer))
+    map_chunks = None
+    if args.workers > 1 or args.address:
+        map_chunks = functools.partial(map_in_order, workers=args.workers, address=args.address)
+    report = train(recipe, target, jobs, Path(args.run_dir) if args.run_dir else out / "run", out, map_chunks)
     print(json.dumps({k: report[k] for k in ("provenance", "examples", "validation", "steps")}))
     return 0

@@ -1,6 +1,6 @@
 import json
 
-from harness.cli import main
+from spotbench.cli import main
 
 
 def test_diagnose_reports_hit_rate_and_a_lossless_proposer(capsys) -> None:

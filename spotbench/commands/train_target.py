@@ -26,10 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_tokenizer(args: argparse.Namespace) -> int:
-    from harness.training.corpus import training_pairs
+    from tasks.registry import train_pairs
     from harness.training.tokenizer import train_bpe_tokenizer
 
-    pairs = training_pairs(args.tasks.split(","))
+    pairs = train_pairs(args.tasks.split(","))
     tokenizer = train_bpe_tokenizer((prompt + answer for prompt, answer in pairs), args.vocab_size)
     tokenizer.save_pretrained(args.out)
     print(f"tokenizer with {len(tokenizer)} tokens trained on {len(pairs)} examples -> {args.out}")
@@ -42,7 +42,8 @@ def run_target(args: argparse.Namespace) -> int:
     from transformers import AutoTokenizer
 
     from harness.errors import UserError
-    from harness.training.corpus import encode_examples, training_pairs
+    from harness.training.corpus import encode_examples
+    from tasks.registry import train_pairs
     from harness.training.train_target import Recipe, train
 
     recipe = Recipe.load(args.recipe)
@@ -55,7 +56,7 @@ def run_target(args: argparse.Namespace) -> int:
             f"`spotbench train-tokenizer --out {tokenizer_dir}` or fix `tokenizer:` in {args.recipe}"
         )
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    examples = encode_examples(training_pairs(recipe.tasks), tokenizer, recipe)
+    examples = encode_examples(train_pairs(recipe.tasks), tokenizer, recipe)
     report = train(recipe, examples, tokenizer, Path(args.out))
     print(json.dumps(report))
     return 0
