@@ -58,9 +58,8 @@ class SpotRecipe:
     (fine-tuning; its model config must be the recipe's). Provenance records it."""
     average_from: int | None = None
     """From this step on the learning rate stays at its value there and the checkpoint is the
-    average of the weights after every later step (stochastic weight averaging). Why: an average of
-    weights along one run is a cheap ensemble, and an inference ensemble of three training runs
-    saved 1-3% more passes than each of them at three times the parameters (docs/spot.md)."""
+    average of the weights after every later step (stochastic weight averaging): an ensemble along
+    one run at no inference cost. The registry's `spot` is averaged (docs/spot.md, Design choices)."""
     teachers: tuple[str, ...] = ()
     """SPOT checkpoint folders whose ensemble (`SpotEnsemble`) is a soft label: distillation, so that
     one network of the usual size learns what an ensemble of training runs knows."""
