@@ -15,8 +15,8 @@ no child drafted, on a drafted position with another token, or with nothing draf
         --proposers confidence,confidence-branch,spot --checkpoints /tmp/my-spot,/tmp/run1+/tmp/run2
 
 Choosing between checkpoints on test prompts makes the test numbers optimistic: `--split train
---start N` replays train prompts past the ones a recipe collected (sdar-a's zoo recipe uses arith
-0-499 and GSM8K 0-1499).
+--start N` replays train prompts past the ones a recipe collected (the registry's `spot` was trained
+on arith 0-499 and GSM8K 0-2999, `zoo/proposers/spot-sdar-a` on arith 0-499 and GSM8K 0-1499).
 """
 
 from __future__ import annotations
