@@ -6,8 +6,8 @@ pass count speculative decoding would make without running it (exact when a stat
 depend on its batch; see that module). The table prints speedup_nfe (plain passes / speculative
 passes, summed over prompts) and, for every proposer that is not a baseline, its ratio to the best
 of `confidence` and `confidence-branch` at the same budget with a 95% interval over resampled
-prompts (`harness/bootstrap.py`). Exactness and wall time need
-`spotbench transfer`; this is the quick loop for comparing checkpoints. `--stops` adds, per arm and
+prompts (`harness/bootstrap.py`). Exactness and wall time need real decoding
+(`spotbench run --transfer`); this is the quick loop for comparing checkpoints. `--stops` adds, per arm and
 budget, why its passes stopped (`harness.decoding.tree.stop_reason`): at a leaf, on a position
 no child drafted, on a drafted position with another token, or with nothing drafted.
 

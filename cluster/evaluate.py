@@ -1,20 +1,20 @@
-"""What a worker does with one prompt: the plain reference and every speculative arm, side by side.
+"""What a worker does with one prompt: the arm pipeline for each of its pending groups.
 
-Plain Python (no Ray), so it runs the same in a Ray actor and in a test. An `Evaluator` loads each
-target once and keeps it; for a prompt it decodes the plain reference once per (temperature, rule,
-seed) group and reuses it for every (proposer, budget) arm, all on the same process, so the wall-time
-speedup compares like with like. Each arm is checked against the reference and scored.
+Plain Python (no Ray), so it runs the same in a Ray actor, in `spotbench diagnose` and in a test. An
+`Evaluator` loads each target and task once and keeps them; `evaluate` hands a unit's groups to
+`harness.pipeline.evaluate_group`, with the proposer registry and the task's scorer.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from dataclasses import dataclass
 from typing import Any
 
 from cluster.suite import Suite
+from harness.pipeline import Group, Score, evaluate_group
+from harness.results import Row
 from tasks.base import Sample, prompt_ids
 
 
@@ -30,7 +30,10 @@ class Unit:
 
 class Evaluator:
     def __init__(self, suite: Suite):
+        from proposers import arms
+
         self.suite = suite
+        self.arms = arms(suite.proposers, suite.budgets)
         self._targets: dict[str, Any] = {}
         self._tasks: dict[str, Any] = {}
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -50,61 +53,22 @@ class Evaluator:
             self._tasks[name] = get_task(name, self.suite.num_fewshot)
         return self._tasks[name]
 
-    def evaluate(self, unit: Unit) -> list[list[dict[str, Any]]]:
+    def evaluate(self, unit: Unit) -> list[list[Row]]:
         """The rows of each pending group of the unit, one list per group."""
-        from harness.decoding import DecodeConfig, parse_rule, plain_decode, speculative_decode
-        from harness.lossless import check_lossless, near_tie_tolerance
+        from harness.lossless import near_tie_tolerance
         from proposers import build_proposer
 
         target, task = self.target(unit.model), self.task(unit.task)
-        tokenizer = target.tokenizer
-        ids = prompt_ids(task, unit.sample, tokenizer)
-        tolerance = near_tie_tolerance(target.dtype)
+        ids = tuple(prompt_ids(task, unit.sample, target.tokenizer))
+
+        def score(completion: str) -> Score:
+            result = task.score([unit.sample], [completion])[0]
+            return Score(bool(result["correct"]), result)
+
         out = []
-        for temperature, rule_text, seed in unit.groups:
-            rule = parse_rule(rule_text, target.family, target.mask_id)
-            config = DecodeConfig(rule, self.suite.gen_length, self.suite.block_length, temperature, seed)
-            plain = plain_decode(target, ids, config)
-            completion = tokenizer.decode(plain.answer_ids)
-            score = task.score([unit.sample], [completion])[0]
-            base = {
-                "model": unit.model, "task": unit.task, "sample_id": unit.sample.sample_id,
-                "temperature": temperature, "rule": rule_text, "seed": seed,
-                "gen_length": self.suite.gen_length, "block_length": self.suite.block_length,
-                "exact_mode": self.suite.exact, **_metrics("plain", plain), "completion": completion,
-                "stale_hit_rate": plain.metrics.stale_hit_rate, "correct": bool(score["correct"]),
-                "score": json.dumps(score, default=str), "worker": self.worker,
-            }
-            rows = []
-            for proposer, budget in self.suite.arms():
-                spec = speculative_decode(target, ids, build_proposer(proposer, target, plain), config, budget)
-                report = check_lossless(plain, spec, tolerance)
-                divergence = report.divergence
-                spec_completion = tokenizer.decode(spec.answer_ids)
-                spec_correct = (bool(score["correct"]) if spec_completion == completion
-                                else bool(task.score([unit.sample], [spec_completion])[0]["correct"]))
-                rows.append(base | _metrics("spec", spec) | {
-                    "proposer": proposer, "budget": budget,
-                    "draft_nodes": spec.metrics.draft_nodes,
-                    "mean_accept_len": spec.metrics.mean_accept_len,
-                    "accepted_per_depth": list(spec.metrics.accepted_per_depth),
-                    "speedup_nfe": plain.metrics.nfe / spec.metrics.nfe,
-                    "speedup_wall": plain.metrics.wall_s / spec.metrics.wall_s,
-                    "exact": report.exact, "verdict": report.verdict,
-                    "divergence_token": divergence and divergence.token,
-                    "divergence_step": divergence and divergence.step,
-                    "divergence_confidence_margin": divergence and divergence.confidence_margin,
-                    "divergence_decision_gap": divergence and divergence.decision_gap,
-                    "near_tie_tolerance": tolerance,
-                    "spec_completion": spec_completion, "spec_correct": spec_correct,
-                })
-            out.append(rows)
+        for temperature, rule, seed in unit.groups:
+            group = Group(unit.model, unit.task, unit.sample.sample_id, ids, temperature, rule, seed,
+                          self.suite.gen_length, self.suite.block_length)
+            out.append(evaluate_group(target, group, self.arms, build_proposer, score, self.suite.exact,
+                                      near_tie_tolerance(target.dtype), self.worker))
         return out
-
-
-def _metrics(prefix: str, generation: Any) -> dict[str, Any]:
-    m = generation.metrics
-    return {f"{prefix}_nfe": m.nfe, f"{prefix}_rows": m.rows, f"{prefix}_commits": m.commits,
-            f"{prefix}_tokens": len(generation.answer_ids), f"{prefix}_wall_s": m.wall_s,
-            f"{prefix}_target_s": m.target_s, f"{prefix}_proposer_s": m.proposer_s,
-            f"{prefix}_other_s": m.other_s}

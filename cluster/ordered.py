@@ -1,9 +1,9 @@
 """Ray tasks whose results come back in the order they were submitted.
 
-Why: `spotbench train-proposer --workers` and `spotbench transfer --workers` split deterministic work
-(generations, prompts) over processes and must give the same output for any number of them, so
-results are gathered in job order, with `workers` tasks in flight (one new task per finished one,
-each finished result released so the object store does not grow with the job count).
+Why: `spotbench train-proposer --workers` splits deterministic work (generations) over processes and
+must give the same output for any number of them, so results are gathered in job order, with
+`workers` tasks in flight (one new task per finished one, each finished result released so the
+object store does not grow with the job count).
 """
 
 from __future__ import annotations

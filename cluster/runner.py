@@ -42,7 +42,7 @@ MAX_ATTEMPTS = 3
 class RunResult:
     run_dir: RunDir
     summary: Any
-    """pyarrow Table (see harness.results.SUMMARY_SCHEMA)."""
+    """pyarrow Table (see harness.summary.SUMMARY_SCHEMA)."""
     written: int
     skipped: int
     workers: int

@@ -50,9 +50,6 @@ class Suite:
             data.pop(name)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
-    def arms(self) -> list[tuple[str, int]]:
-        return [(p, b) for p in self.proposers for b in self.budgets]
-
     def groups(self) -> list[tuple[float, str, int]]:
         """(temperature, rule, seed): each has one plain reference per prompt."""
         return [(t, r, s) for t in self.temperatures for r in self.rules for s in self.seeds]
@@ -118,7 +115,7 @@ def validate(suite: Suite) -> None:
     from harness.targets.families import FAMILIES
     from harness.targets.tiny import parse_tiny_name
     from harness.targets.zoo import zoo_names
-    from proposers import PROPOSERS
+    from proposers import check_proposer
     from tasks.registry import get_task
 
     for model in suite.models:
@@ -129,8 +126,7 @@ def validate(suite: Suite) -> None:
             raise UserError(f"unknown model {model!r}; use a zoo model ({zoo}), "
                             "tiny-random:<family>[:seed] or a checkpoint folder")
     for proposer in suite.proposers:
-        if proposer not in PROPOSERS:
-            raise UserError(f"unknown proposer {proposer!r}; choose from: {', '.join(PROPOSERS)}")
+        check_proposer(proposer)
     for name in suite.tasks:
         task = get_task(name)
         if suite.split not in task.splits:

@@ -23,10 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from harness.errors import UserError
-from harness.results import SUMMARY_KEY, RunDir
 
 
 @dataclass(frozen=True)
@@ -59,6 +56,10 @@ def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float
 
 def load_summary(path: str | Path) -> tuple[list[dict[str, Any]], str | None]:
     """Summary rows and run status of a run directory, or of a bare summary.parquet (status None)."""
+    import pyarrow.parquet as pq  # imported here, so that `spotbench --help` does not wait for them
+
+    from harness.results import RunDir
+
     path = Path(path)
     if path.is_file():
         try:
@@ -73,6 +74,8 @@ def load_summary(path: str | Path) -> tuple[list[dict[str, Any]], str | None]:
 
 def gate(run: list[dict[str, Any]], baseline: list[dict[str, Any]], status: str | None,
          thresholds: Thresholds = Thresholds()) -> list[Check]:
+    from harness.summary import SUMMARY_KEY
+
     checks = []
     if status not in (None, "complete"):
         checks.append(Check("(run)", "status", None, None, "complete", False))

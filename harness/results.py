@@ -11,7 +11,7 @@ A run directory (DESIGN.md section 5) holds
   file is written to a temporary name and renamed (atomic on POSIX), and an existing file is never
   rewritten: a resumed run or a retried shard can skip it, so no row is ever written twice;
 - `summary.parquet`: one row per (model, proposer, task, temperature, rule, budget), over samples
-  and seeds, written when the run completes.
+  and seeds, written when the run completes (`harness.summary`).
 
 Re-opening a directory with the same config resumes it; a different config (or schema version) is
 refused, because rows of two configs must never be mixed. Settings that do not change results
@@ -20,12 +20,15 @@ refused, because rows of two configs must never be mixed. Settings that do not c
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import platform
 import subprocess
 import time
+import types
+import typing
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -34,56 +37,101 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.bootstrap import interval, resampled_speedups
 from harness.errors import UserError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 KEY_FIELDS = ("model", "proposer", "task", "sample_id", "temperature", "rule", "budget", "seed")
 GROUP_FIELDS = ("model", "task", "sample_id", "temperature", "rule", "seed")
 STATUSES = ("running", "complete", "failed")
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
-_I, _F, _S, _B = pa.int64(), pa.float64(), pa.string(), pa.bool_()
-ROW_SCHEMA = pa.schema(
-    [
-        # key
-        ("model", _S), ("proposer", _S), ("task", _S), ("sample_id", _S), ("temperature", _F),
-        ("rule", _S), ("budget", _I), ("seed", _I),
-        # decoding settings shared by every row of a run
-        ("gen_length", _I), ("block_length", _I), ("exact_mode", _B),
-        # plain reference (computed once per group, repeated in each of its arms)
-        ("plain_nfe", _I), ("plain_rows", _I), ("plain_commits", _I), ("plain_tokens", _I),
-        ("plain_wall_s", _F), ("plain_target_s", _F), ("plain_proposer_s", _F), ("plain_other_s", _F),
-        ("stale_hit_rate", _F),
-        # speculative arm
-        ("spec_nfe", _I), ("spec_rows", _I), ("spec_commits", _I), ("spec_tokens", _I),
-        ("draft_nodes", _I), ("mean_accept_len", _F), ("accepted_per_depth", pa.list_(_I)),
-        ("spec_wall_s", _F), ("spec_target_s", _F), ("spec_proposer_s", _F), ("spec_other_s", _F),
-        ("speedup_nfe", _F), ("speedup_wall", _F),
-        # lossless check
-        ("exact", _B), ("verdict", _S), ("divergence_token", _I), ("divergence_step", _I),
-        ("divergence_confidence_margin", _F), ("divergence_decision_gap", _F),
-        ("near_tie_tolerance", _F),
-        # task score (plain completion; the spec one differs only when the arms diverge)
-        ("completion", _S), ("correct", _B), ("score", _S), ("spec_completion", _S),
-        ("spec_correct", _B),
-        # provenance
-        ("worker", _S),
-    ],
-    metadata={"spotbench_schema_version": str(SCHEMA_VERSION)},
-)
 
-SUMMARY_SCHEMA = pa.schema(
-    [
-        ("model", _S), ("proposer", _S), ("task", _S), ("temperature", _F), ("rule", _S),
-        ("budget", _I), ("n", _I), ("exact_rate", _F), ("lossless_rate", _F), ("speedup_nfe", _F),
-        ("speedup_nfe_ci95", pa.list_(_F)), ("speedup_wall", _F), ("mean_accept_len", _F), ("accuracy", _F),
-        ("correct", _I), ("spec_accuracy", _F), ("plain_nfe_per_token", _F), ("spec_nfe_per_token", _F),
-        ("stale_hit_rate", _F),
-    ],
-    metadata={"spotbench_schema_version": str(SCHEMA_VERSION)},
-)
-SUMMARY_KEY = ("model", "proposer", "task", "temperature", "rule", "budget")
+@dataclass(frozen=True)
+class Row:
+    """One arm of one group: the Parquet row (one per (model, proposer, task, sample, temperature,
+    rule, budget, seed)). `harness.pipeline.evaluate_group` is the only maker of rows."""
+
+    # key
+    model: str
+    proposer: str
+    task: str
+    sample_id: str
+    temperature: float
+    rule: str
+    budget: int
+    seed: int
+    # the arm
+    proposer_kind: str
+    trained_on: str | None
+    # decoding settings shared by every row of a run
+    gen_length: int
+    block_length: int
+    exact_mode: bool
+    prompt_tokens: int
+    # plain reference (computed once per group, repeated in each of its arms)
+    plain_nfe: int
+    plain_rows: int
+    plain_commits: int
+    plain_tokens: int
+    plain_wall_s: float
+    plain_target_s: float
+    plain_proposer_s: float
+    plain_other_s: float
+    stale_hit_rate: float | None
+    # speculative arm
+    spec_nfe: int
+    spec_rows: int
+    spec_commits: int
+    spec_tokens: int
+    spec_wall_s: float
+    spec_target_s: float
+    spec_proposer_s: float
+    spec_other_s: float
+    draft_nodes: int
+    mean_accept_len: float
+    accepted_per_depth: list[int]
+    stops_leaf: int
+    """Passes whose walk stopped at a node with no children (see `harness.decoding.tree.stop_reason`)."""
+    stops_position: int
+    stops_token: int
+    stops_no_draft: int
+    speedup_nfe: float
+    speedup_wall: float | None
+    # lossless check
+    exact: bool
+    verdict: str
+    divergence_token: int | None
+    divergence_step: int | None
+    divergence_confidence_margin: float | None
+    divergence_decision_gap: float | None
+    near_tie_tolerance: float
+    # task score (plain completion; the spec one differs only when the arms diverge)
+    completion: str
+    correct: bool | None
+    score: str | None
+    spec_completion: str
+    spec_correct: bool | None
+    # provenance
+    worker: str
+
+
+_ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_(),
+          list[int]: pa.list_(pa.int64()), list[float]: pa.list_(pa.float64())}
+
+
+def arrow_schema(row_type: type) -> pa.Schema:
+    """The Arrow schema of a row dataclass: one nullable column per field, in field order."""
+    hints = typing.get_type_hints(row_type)
+    columns = []
+    for f in dataclasses.fields(row_type):
+        kind = hints[f.name]
+        if isinstance(kind, types.UnionType):  # `X | None`
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        columns.append((f.name, _ARROW[kind]))
+    return pa.schema(columns, metadata={"spotbench_schema_version": str(SCHEMA_VERSION)})
+
+
+ROW_SCHEMA = arrow_schema(Row)
 
 
 def group_id(group: dict[str, Any]) -> str:
@@ -159,19 +207,16 @@ class RunDir:
     def done_groups(self) -> set[str]:
         return {p.stem for p in self.samples_dir.glob("*.parquet")}
 
-    def write_group(self, rows: list[dict[str, Any]]) -> bool:
+    def write_group(self, rows: list[Row]) -> bool:
         """Write one group's rows atomically; False (and nothing written) if the group is done."""
-        ids = {group_id(r) for r in rows}
+        records = [dataclasses.asdict(r) for r in rows]
+        ids = {group_id(r) for r in records}
         if len(ids) != 1:
             raise ValueError(f"rows of {len(ids)} groups given; write one group at a time")
-        for row in rows:
-            if set(row) != set(ROW_SCHEMA.names):
-                missing, extra = set(ROW_SCHEMA.names) - set(row), set(row) - set(ROW_SCHEMA.names)
-                raise ValueError(f"row does not match the schema: missing {sorted(missing)}, extra {sorted(extra)}")
         final = self.samples_dir / f"{ids.pop()}.parquet"
         if final.exists():
             return False
-        table = pa.Table.from_pylist(rows, schema=ROW_SCHEMA)
+        table = pa.Table.from_pylist(records, schema=ROW_SCHEMA)
         temp = final.with_name(f".tmp-{final.stem}-{os.getpid()}")
         pq.write_table(table, temp)
         os.replace(temp, final)
@@ -184,6 +229,8 @@ class RunDir:
         return pa.concat_tables([pq.read_table(f, schema=ROW_SCHEMA) for f in files])
 
     def write_summary(self) -> pa.Table:
+        from harness.summary import summarize
+
         table = summarize(self.read_rows())
         temp = self.path / ".tmp-summary.parquet"
         pq.write_table(table, temp)
@@ -201,49 +248,6 @@ class RunDir:
         temp = self.path / ".tmp-manifest.json"
         temp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         os.replace(temp, self.manifest_path)
-
-
-def summarize(rows: pa.Table) -> pa.Table:
-    """One row per arm over samples and seeds. Speedups and acceptance are ratios of sums (a long
-    generation weighs more than a short one, as in throughput), not means of per-sample ratios.
-    `speedup_nfe_ci95` resamples prompts (a prompt's seeds stay together: they share its text)."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for row in rows.to_pylist():
-        groups.setdefault(tuple(row[f] for f in SUMMARY_KEY), []).append(row)
-    out = []
-    for key, members in sorted(groups.items()):
-        n = len(members)
-        total = {f: sum(r[f] for r in members) for f in
-                 ("plain_nfe", "spec_nfe", "plain_wall_s", "spec_wall_s", "spec_commits",
-                  "plain_tokens", "spec_tokens")}
-        stale = [r["stale_hit_rate"] for r in members if r["stale_hit_rate"] is not None]
-        correct = sum(bool(r["correct"]) for r in members)
-        out.append(dict(zip(SUMMARY_KEY, key)) | {
-            "n": n,
-            "exact_rate": sum(r["exact"] for r in members) / n,
-            "lossless_rate": sum(r["verdict"] != "logic-error" for r in members) / n,
-            "speedup_nfe": total["plain_nfe"] / total["spec_nfe"],
-            "speedup_nfe_ci95": list(speedup_interval(members)),
-            "speedup_wall": total["plain_wall_s"] / total["spec_wall_s"] if total["spec_wall_s"] else None,
-            "mean_accept_len": total["spec_commits"] / total["spec_nfe"],
-            "accuracy": correct / n,
-            "correct": correct,
-            "spec_accuracy": sum(bool(r["spec_correct"]) for r in members) / n,
-            "plain_nfe_per_token": total["plain_nfe"] / max(1, total["plain_tokens"]),
-            "spec_nfe_per_token": total["spec_nfe"] / max(1, total["spec_tokens"]),
-            "stale_hit_rate": sum(stale) / len(stale) if stale else None,
-        })
-    return pa.Table.from_pylist(out, schema=SUMMARY_SCHEMA)
-
-
-def speedup_interval(members: list[dict[str, Any]]) -> tuple[float, float]:
-    """95% interval of an arm's speedup_nfe over resampled prompts (harness/bootstrap.py)."""
-    per_prompt: dict[str, tuple[int, int]] = {}
-    for row in members:
-        plain, spec = per_prompt.get(row["sample_id"], (0, 0))
-        per_prompt[row["sample_id"]] = (plain + row["plain_nfe"], spec + row["spec_nfe"])
-    plain_nfe, spec_nfe = zip(*per_prompt.values())
-    return interval(resampled_speedups(plain_nfe, {"arm": spec_nfe})["arm"])
 
 
 def git_revision() -> str | None:

@@ -5,6 +5,7 @@ to the loop that calls it, since dependencies point downward (`proposers -> harn
 """
 
 from harness.decoding.tree import DraftNode, DraftRequest, DraftTree, Proposer
-from proposers.registry import PROPOSERS, build_proposer
+from proposers.registry import PROPOSERS, arms, build_proposer, check_proposer
 
-__all__ = ["PROPOSERS", "DraftNode", "DraftRequest", "DraftTree", "Proposer", "build_proposer"]
+__all__ = ["PROPOSERS", "DraftNode", "DraftRequest", "DraftTree", "Proposer", "arms", "build_proposer",
+           "check_proposer"]

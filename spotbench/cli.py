@@ -20,7 +20,6 @@ COMMAND_MODULES = [
     "spotbench.commands.zoo",
     "spotbench.commands.diagnose",
     "spotbench.commands.train_proposer",
-    "spotbench.commands.transfer",
     "spotbench.commands.tasks_cmd",
     "spotbench.commands.run",
     "spotbench.commands.gate",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from harness.errors import UserError
@@ -24,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--prompts", type=Path, help="a file with one prompt per line")
     parser.add_argument("--model", default="tiny-random:sdar",
                         help="target: tiny-random:<family>[:seed] or a checkpoint folder")
-    parser.add_argument("--proposer", default="confidence", help="oracle, confidence, confidence-branch")
+    parser.add_argument("--proposer", default="confidence",
+                        help="oracle, oracle-order, confidence, confidence-branch, spot or spot:CHECKPOINT_DIR")
     parser.add_argument("--budget", type=int, default=8,
                         help="most draft nodes per pass (0 = plain decoding)")
     parser.add_argument("--rule", default="top1", help="top1 or threshold:TAU")
@@ -40,48 +42,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.decoding import DecodeConfig, plain_decode, parse_rule, speculative_decode
-    from harness.lossless import check_lossless, near_tie_tolerance
+    import dataclasses
+
+    from harness.decoding import parse_rule
+    from harness.lossless import near_tie_tolerance
+    from harness.pipeline import Group, evaluate_group
     from harness.targets.registry import load_target
-    from proposers import PROPOSERS, build_proposer
+    from proposers import arms, build_proposer
 
     prompts = read_prompts(args)
-    if args.proposer not in PROPOSERS:
-        raise UserError(f"unknown proposer {args.proposer!r}; choose one of: {', '.join(PROPOSERS)}")
     if args.budget < 0:
         raise UserError(f"--budget must be >= 0, got {args.budget}")
+    [arm] = arms([args.proposer], [args.budget])
+    if args.near_tie is not None and not (math.isfinite(args.near_tie) and args.near_tie >= 0):
+        raise UserError(f"--near-tie must be a finite number >= 0, got {args.near_tie}")
     target = load_target(args.model)
     if args.exact:
         target = target.exact()
     if target.tokenizer is None:
         raise UserError(f"target {args.model!r} has no tokenizer to encode text prompts")
-    rule = parse_rule(args.rule, target.family, target.mask_id)
-    config = DecodeConfig(rule, args.gen_length, args.block_length, args.temperature, args.seed)
+    parse_rule(args.rule, target.family, target.mask_id)  # a bad rule fails before any decoding
     tolerance = args.near_tie if args.near_tie is not None else near_tie_tolerance(target.dtype)
     status = 0
     for index, text in enumerate(prompts):
-        ids = target.tokenizer.encode(text, add_special_tokens=False)
-        plain = plain_decode(target, ids, config)
-        proposer = build_proposer(args.proposer, target, plain)
-        spec = speculative_decode(target, ids, proposer, config, args.budget)
-        report = check_lossless(plain, spec, tolerance)
-        if report.verdict == "logic-error" or (args.exact and not report.exact):
+        ids = tuple(target.tokenizer.encode(text, add_special_tokens=False))
+        group = Group(target.name, "prompt", str(index), ids, args.temperature, args.rule, args.seed,
+                      args.gen_length, args.block_length)
+        [row] = evaluate_group(target, group, [arm], build_proposer, None, args.exact, tolerance)
+        if row.verdict == "logic-error" or (args.exact and not row.exact):
             status = 1
-        result = {
-            "prompt": text,
-            "model": target.name,
-            "proposer": args.proposer,
-            "budget": args.budget,
-            "rule": str(rule),
-            "temperature": args.temperature,
-            "seed": args.seed,
-            "exact_mode": args.exact,
-            **report.as_dict(),
-            "speedup_nfe": plain.metrics.nfe / spec.metrics.nfe,
-            "speedup_wall": plain.metrics.wall_s / spec.metrics.wall_s,
-            "plain": plain.metrics.as_dict() | {"answer": target.tokenizer.decode(plain.answer_ids)},
-            "spec": spec.metrics.as_dict() | {"answer": target.tokenizer.decode(spec.answer_ids)},
-        }
+        result = {"prompt": text} | dataclasses.asdict(row)
         print(json.dumps(result) if args.json else render(index, result))
     return status
 
@@ -101,26 +91,23 @@ def read_prompts(args: argparse.Namespace) -> list[str]:
     return prompts
 
 
-ROWS = ["nfe", "rows", "commits", "mean_accept_len", "draft_nodes",
-        "wall_s", "target_s", "proposer_s", "other_s"]
+METRICS = ["nfe", "rows", "commits", "tokens", "wall_s", "target_s", "proposer_s", "other_s"]
 
 
-def render(index: int, result: dict) -> str:
-    plain, spec = result["plain"], result["spec"]
-    lines = [f"prompt {index}: {result['prompt']!r}",
-             f"  {'metric':<18}{'plain':>12}{'spec':>12}"]
-    for key in ROWS:
-        lines.append(f"  {key:<18}{_cell(plain[key]):>12}{_cell(spec[key]):>12}")
-    lines.append(f"  {'accepted/depth':<18}{'':>12}  {spec['accepted_per_depth']}")
-    lines.append(f"  speedup_nfe {result['speedup_nfe']:.2f}x   speedup_wall {result['speedup_wall']:.2f}x")
-    divergence = result["first_divergence"]
-    verdict = result["verdict"]
-    if divergence:
-        verdict += (f" at step {divergence['step']}, token {divergence['token']}: confidence margin "
-                    f"{divergence['confidence_margin']}, decision gap {divergence['decision_gap']} "
-                    f"(near-tie below {result['near_tie_tolerance']:g})")
+def render(index: int, row: dict) -> str:
+    lines = [f"prompt {index}: {row['prompt']!r}", f"  {'metric':<18}{'plain':>12}{'spec':>12}"]
+    for key in METRICS:
+        lines.append(f"  {key:<18}{_cell(row['plain_' + key]):>12}{_cell(row['spec_' + key]):>12}")
+    lines.append(f"  {'mean_accept_len':<18}{1.0:>12.4f}{row['mean_accept_len']:>12.4f}")
+    lines.append(f"  {'accepted/depth':<18}{'':>12}  {row['accepted_per_depth']}")
+    lines.append(f"  speedup_nfe {row['speedup_nfe']:.2f}x   speedup_wall {row['speedup_wall']:.2f}x")
+    verdict = row["verdict"]
+    if verdict != "exact":
+        verdict += (f" at step {row['divergence_step']}, token {row['divergence_token']}: confidence margin "
+                    f"{row['divergence_confidence_margin']}, decision gap {row['divergence_decision_gap']} "
+                    f"(near-tie below {row['near_tie_tolerance']:g})")
     lines.append(f"  lossless: {verdict}")
-    lines.append(f"  answer: {plain['answer']!r}")
+    lines.append(f"  answer: {row['completion']!r}")
     return "\n".join(lines)
 
 

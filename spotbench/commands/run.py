@@ -43,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, help="Ray workers (default: one per GPU, else per CPU)")
     parser.add_argument("--address", help="an existing Ray cluster (host:port or auto); default: local")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--transfer", action="store_true",
+                        help="print the transfer view: learned proposers against the best baseline and the oracle")
     parser.set_defaults(func=run)
 
 
@@ -70,23 +72,30 @@ def run(args: argparse.Namespace) -> int:
     report = write_report(result.run_dir)
     print(f"run directory: {result.run_dir.path}  (groups written {result.written}, "
           f"already done {result.skipped}, workers {result.workers}); report: {report}")
-    print(render_summary(result.summary.to_pylist()))
+    print(render_summary(result.summary.to_pylist(), TRANSFER_COLUMNS if args.transfer else COLUMNS))
     return 0
 
 
 COLUMNS = [("model", "{}"), ("task", "{}"), ("T", "{:g}"), ("rule", "{}"), ("proposer", "{}"),
            ("budget", "{}"), ("n", "{}"), ("exact", "{:.0%}"), ("accept", "{:.2f}"),
            ("speedup_nfe", "{:.2f}x"), ("95% interval", "{0[0]:.2f}-{0[1]:.2f}"), ("speedup_wall", "{:.2f}x"),
-           ("accuracy", "{:.1%}")]
-FIELDS = {"T": "temperature", "exact": "exact_rate", "accept": "mean_accept_len", "95% interval": "speedup_nfe_ci95"}
+           ("tok/s", "{:.1f}"), ("accuracy", "{:.1%}")]
+TRANSFER_COLUMNS = [("model", "{}"), ("task", "{}"), ("T", "{:g}"), ("rule", "{}"), ("budget", "{}"),
+                    ("proposer", "{}"), ("trained on", "{}"), ("n", "{}"), ("exact", "{:.0%}"),
+                    ("speedup_nfe", "{:.3f}x"), ("95% interval", "{0[0]:.2f}-{0[1]:.2f}"),
+                    ("vs best baseline", "{:.3f}"), ("95% interval ", "{0[0]:.3f}-{0[1]:.3f}"), ("best", "{}"),
+                    ("of oracle", "{:.2f}"), ("speedup_wall", "{:.2f}x")]
+FIELDS = {"T": "temperature", "exact": "exact_rate", "accept": "mean_accept_len", "95% interval": "speedup_nfe_ci95",
+          "tok/s": "spec_tokens_per_s", "trained on": "trained_on", "vs best baseline": "vs_best_baseline",
+          "95% interval ": "vs_best_baseline_ci95", "best": "best_baseline", "of oracle": "oracle_fraction"}
 
 
-def render_summary(rows: list[dict]) -> str:
+def render_summary(rows: list[dict], columns: list[tuple[str, str]] = COLUMNS) -> str:
     """The summary as an aligned text table (one line per arm)."""
-    cells = [[name for name, _ in COLUMNS]]
-    for row in rows:
-        cells.append([_fmt(fmt, row[FIELDS.get(name, name)]) for name, fmt in COLUMNS])
-    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    cells = [[name.strip() for name, _ in columns]]
+    for row in sorted(rows, key=lambda r: [r[k] for k in ("model", "task", "temperature", "rule")]):
+        cells.append([_fmt(fmt, row[FIELDS.get(name, name)]) for name, fmt in columns])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)
 
 

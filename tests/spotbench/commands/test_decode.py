@@ -18,10 +18,10 @@ def test_json_has_both_arms_and_the_verdict(capsys, tmp_path):
     results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["prompt"] for r in results] == ["What is 2+2?", "Name a colour."]
     for r in results:
-        assert r["exact"] is True and r["first_divergence"] is None
-        assert r["plain"]["nfe"] == 16 and r["spec"]["nfe"] == 4
-        assert r["spec"]["mean_accept_len"] == 4.0 and r["speedup_nfe"] == 4.0
-        assert r["plain"]["answer"] == r["spec"]["answer"]
+        assert r["exact"] is True and r["verdict"] == "exact" and r["divergence_step"] is None
+        assert r["plain_nfe"] == 16 and r["spec_nfe"] == 4
+        assert r["mean_accept_len"] == 4.0 and r["speedup_nfe"] == 4.0
+        assert r["completion"] == r["spec_completion"] and r["correct"] is None  # no task, no score
 
 
 def test_table_output(capsys):
@@ -37,6 +37,10 @@ def test_table_output(capsys):
         (["--budget", "-1"], "--budget"),
         (["--rule", "top3"], "unknown rule"),
         (["--proposer", "nope"], "unknown proposer"),
+        (["--proposer", "confidence:x"], "takes no argument"),
+        (["--proposer", "spot:/no/such/folder"], "no SPOT checkpoint in /no/such/folder"),
+        (["--temperature", "inf"], "temperature"),
+        (["--near-tie", "nan"], "--near-tie"),
         (["--temperature", "-1"], "temperature"),
         (["--gen-length", "20", "--block-length", "8"], "multiple"),
         (["--model", "tiny-random:gpt"], "tiny-random:gpt"),

@@ -8,7 +8,7 @@ def test_diagnose_reports_hit_rate_and_a_lossless_proposer(capsys) -> None:
                    "--gen-length", "16", "--block-length", "8", "--budget", "4", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert status == 0
-    assert report["prompts"] == 2 and report["exact_rate"] == 1.0
+    assert report["n"] == 2 and report["exact_rate"] == 1.0
     assert 0.0 <= report["stale_hit_rate"] <= 1.0
     assert report["mean_accept_len"] >= 1.0 and report["speedup_nfe"] == report["mean_accept_len"]
     assert len(report["samples"]) == 2

@@ -35,6 +35,8 @@ def test_flags_override_the_file_and_lists_are_typed(tmp_path) -> None:
 @pytest.mark.parametrize("args, message", [
     (["--models", "nope"], "unknown model 'nope'"),
     (["--proposers", "spot9"], "unknown proposer 'spot9'"),
+    (["--proposers", "spot:/no/such/checkpoint"], "no SPOT checkpoint in /no/such/checkpoint"),
+    (["--proposers", "oracle:x"], "proposer 'oracle' takes no argument"),
     (["--tasks", "nope"], "unknown task 'nope'"),
     (["--rules", "median"], "unknown rule 'median'"),
     (["--budgets", "-1"], "budgets must be >= 0"),
@@ -76,3 +78,28 @@ def test_an_output_directory_of_another_config_is_refused_untouched(tmp_path, ca
     with pytest.raises(UserError, match="seeds must be"):
         build_suite({}, {"seeds": [2**63]})
 
+
+
+def test_the_transfer_view_shows_learned_arms_against_the_best_baseline_and_the_oracle() -> None:
+    import dataclasses
+
+    import pyarrow as pa
+
+    from cluster.evaluate import Evaluator, Unit
+    from harness.results import ROW_SCHEMA
+    from harness.summary import summarize
+    from spotbench.commands.run import TRANSFER_COLUMNS, render_summary
+    from tasks.registry import get_task
+
+    suite = build_suite({}, {"models": ["tiny-random:sdar"], "proposers": ["oracle", "confidence", "spot"],
+                             "limit": 2, "temperatures": [0.0], "budgets": [3], "gen_length": 16, "block_length": 8})
+    evaluator = Evaluator(suite)
+    rows = [dataclasses.asdict(r) for sample in get_task("arith").load("test", limit=2)
+            for group in evaluator.evaluate(Unit("tiny-random:sdar", "arith", sample, suite.groups())) for r in group]
+    summary = summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
+    header, *lines = render_summary(summary, TRANSFER_COLUMNS).splitlines()
+    assert "vs best baseline" in header and "of oracle" in header and "trained on" in header
+    spot = next(line for line in lines if " spot " in line)
+    learned = next(r for r in summary if r["proposer"] == "spot")
+    assert f"{learned['vs_best_baseline']:.3f}" in spot and "confidence" in spot and "sdar-a" in spot
+    assert len(lines) == 3

@@ -1,0 +1,117 @@
+"""The one arm pipeline: a prompt's plain reference once, then every arm beside it, one typed row each.
+
+Every command that decodes (`run` on Ray workers, `decode`, `diagnose`) calls `evaluate_group`, so a
+row means the same thing wherever it was made: the plain reference is decoded once per group (prompt,
+temperature, rule, seed), every (proposer, budget) arm is decoded on the same process right after it
+(so `speedup_wall` compares like with like), checked against it (`harness.lossless`) and scored.
+
+The library stays below its callers: proposers are built by a function the caller passes (the
+`proposers` registry), and scoring is a function of the completion text (a task's scorer), so this
+module imports neither `proposers` nor `tasks`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.decoding import DecodeConfig, Generation, Proposer, parse_rule, plain_decode, speculative_decode
+from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
+from harness.lossless import check_lossless
+from harness.results import Row
+from harness.targets.target import DLMTarget
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One speculative arm: a proposer (`name[:argument]`, see `proposers.registry`) at a budget."""
+
+    proposer: str
+    budget: int
+    kind: str = "baseline"
+    """`oracle` (the true trajectory), `ceiling` (a diagnostic bound), `baseline` (training-free) or
+    `learned`: the summary compares learned arms with the best baseline and every arm with the oracle."""
+    trained_on: str | None = None
+    """The target a learned proposer was trained on (its checkpoint's provenance): transfer studies."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """What one plain reference depends on: a prompt of a (model, task) at (temperature, rule, seed)."""
+
+    model: str
+    task: str
+    sample_id: str
+    prompt_ids: tuple[int, ...]
+    temperature: float
+    rule: str
+    seed: int
+    gen_length: int
+    block_length: int
+
+
+@dataclass(frozen=True)
+class Score:
+    correct: bool
+    details: dict[str, Any]
+
+
+ProposerBuilder = Callable[[str, DLMTarget, Generation], Proposer]
+"""(proposer spec, target, plain generation of the same prompt and seed) -> a proposer for one generation."""
+Scorer = Callable[[str], Score]
+"""A completion's score against the sample's reference."""
+
+
+def evaluate_group(target: DLMTarget, group: Group, arms: Sequence[Arm], build: ProposerBuilder,
+                   score: Scorer | None, exact_mode: bool, tolerance: float, worker: str = "") -> list[Row]:
+    """The rows of one group: its plain reference decoded once, then each arm, checked and scored."""
+    rule = parse_rule(group.rule, target.family, target.mask_id)
+    config = DecodeConfig(rule, group.gen_length, group.block_length, group.temperature, group.seed)
+    plain = plain_decode(target, list(group.prompt_ids), config)
+    completion = decode_text(target, plain.answer_ids)
+    plain_score = score(completion) if score else None
+    rows = []
+    for arm in arms:
+        spec = speculative_decode(target, list(group.prompt_ids), build(arm.proposer, target, plain), config, arm.budget)
+        report = check_lossless(plain, spec, tolerance)
+        divergence = report.divergence
+        spec_completion = decode_text(target, spec.answer_ids)
+        spec_score = plain_score if spec_completion == completion or not score else score(spec_completion)
+        stops = Counter(spec.stops)
+        rows.append(Row(
+            model=group.model, proposer=arm.proposer, task=group.task, sample_id=group.sample_id,
+            temperature=group.temperature, rule=group.rule, budget=arm.budget, seed=group.seed,
+            proposer_kind=arm.kind, trained_on=arm.trained_on,
+            gen_length=group.gen_length, block_length=group.block_length, exact_mode=exact_mode,
+            prompt_tokens=len(group.prompt_ids), **_metrics("plain", plain), stale_hit_rate=plain.metrics.stale_hit_rate,
+            **_metrics("spec", spec), draft_nodes=spec.metrics.draft_nodes,
+            mean_accept_len=spec.metrics.mean_accept_len, accepted_per_depth=list(spec.metrics.accepted_per_depth),
+            stops_leaf=stops[LEAF], stops_position=stops[POSITION], stops_token=stops[TOKEN],
+            stops_no_draft=stops[NO_DRAFT],
+            speedup_nfe=plain.metrics.nfe / spec.metrics.nfe,
+            speedup_wall=plain.metrics.wall_s / spec.metrics.wall_s if spec.metrics.wall_s else None,
+            exact=report.exact, verdict=report.verdict,
+            divergence_token=divergence and divergence.token, divergence_step=divergence and divergence.step,
+            divergence_confidence_margin=divergence and divergence.confidence_margin,
+            divergence_decision_gap=divergence and divergence.decision_gap, near_tie_tolerance=tolerance,
+            completion=completion, correct=plain_score and plain_score.correct,
+            score=plain_score and json.dumps(plain_score.details, default=str),
+            spec_completion=spec_completion, spec_correct=spec_score and spec_score.correct, worker=worker,
+        ))
+    return rows
+
+
+def decode_text(target: DLMTarget, ids: list[int]) -> str:
+    """The answer as text; a target without a tokenizer answers in token ids."""
+    return target.tokenizer.decode(ids) if target.tokenizer is not None else " ".join(map(str, ids))
+
+
+def _metrics(prefix: str, generation: Generation) -> dict[str, Any]:
+    m = generation.metrics
+    return {f"{prefix}_nfe": m.nfe, f"{prefix}_rows": m.rows, f"{prefix}_commits": m.commits,
+            f"{prefix}_tokens": len(generation.answer_ids), f"{prefix}_wall_s": m.wall_s,
+            f"{prefix}_target_s": m.target_s, f"{prefix}_proposer_s": m.proposer_s,
+            f"{prefix}_other_s": m.other_s}

@@ -1,0 +1,148 @@
+"""The summary of a run: one row per arm (model, proposer, task, temperature, rule, budget), over
+samples and seeds, plus the comparisons a study reads off it.
+
+Speedups, acceptance and throughput are ratios of sums (a long generation weighs more than a short
+one, as in throughput), not means of per-sample ratios. Arms of one *cell* (model, task, temperature,
+rule, budget) decode the same prompts, so the comparisons between them resample prompts jointly
+(`harness.bootstrap`; a prompt's seeds stay together, they share its text):
+
+- `best_baseline` / `vs_best_baseline` (learned arms): the arm's speedup_nfe over the best
+  training-free baseline's at the same budget, with its interval, the best taken again in every draw;
+- `oracle_fraction`: the arm's speedup_nfe over the oracle's (the true trajectory replayed), when the
+  cell has an oracle arm: how much of what the budget allows the proposer reaches.
+
+Together with `trained_on` these make a cross-model transfer study a view of a run
+(`spotbench run --models A,B,C --proposers confidence,confidence-branch,oracle,spot:DIR --transfer`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from harness.bootstrap import interval, resampled_speedups, versus_best
+from harness.results import arrow_schema
+
+SUMMARY_KEY = ("model", "proposer", "task", "temperature", "rule", "budget")
+CELL_KEY = ("model", "task", "temperature", "rule", "budget")
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    model: str
+    proposer: str
+    task: str
+    temperature: float
+    rule: str
+    budget: int
+    proposer_kind: str
+    trained_on: str | None
+    n: int
+    exact_rate: float
+    lossless_rate: float
+    speedup_nfe: float
+    speedup_nfe_ci95: list[float]
+    speedup_wall: float | None
+    mean_accept_len: float
+    accuracy: float | None
+    correct: int | None
+    spec_accuracy: float | None
+    plain_nfe_per_token: float
+    spec_nfe_per_token: float
+    plain_tokens_per_s: float | None
+    spec_tokens_per_s: float | None
+    proposer_share: float | None
+    """Of the speculative arm's wall time, the share spent in the proposer."""
+    stale_hit_rate: float | None
+    stop_leaf: float
+    """Of the arm's passes, the share whose walk stopped at a leaf (the budget ran out on that branch)."""
+    stop_position: float
+    """... stopped because the target committed a position no child drafted (an order error)."""
+    stop_token: float
+    """... stopped because the children drafted the right position with other tokens."""
+    best_baseline: str | None
+    vs_best_baseline: float | None
+    vs_best_baseline_ci95: list[float] | None
+    oracle_fraction: float | None
+
+
+SUMMARY_SCHEMA = arrow_schema(SummaryRow)
+
+
+def summarize(rows: pa.Table) -> pa.Table:
+    cells: dict[tuple, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows.to_pylist():
+        cells[tuple(row[f] for f in CELL_KEY)][row["proposer"]].append(row)
+    out = []
+    for cell_key, arms in sorted(cells.items()):
+        draws = _joint_draws(arms)
+        speedups = {arm: _ratio(members, "plain_nfe", "spec_nfe") for arm, members in arms.items()}
+        kinds = {arm: members[0]["proposer_kind"] for arm, members in arms.items()}
+        baselines = [arm for arm in arms if kinds[arm] == "baseline"]
+        best = max(baselines, key=speedups.__getitem__) if baselines else None
+        oracle = next((arm for arm in arms if kinds[arm] == "oracle"), None)
+        for arm, members in sorted(arms.items()):
+            versus = kinds[arm] == "learned" and best is not None
+            out.append(_arm_summary(dict(zip(CELL_KEY, cell_key)) | {"proposer": arm}, members) | {
+                "speedup_nfe_ci95": list(interval(draws[arm])),
+                "best_baseline": best if versus else None,
+                "vs_best_baseline": speedups[arm] / speedups[best] if versus else None,
+                "vs_best_baseline_ci95":
+                    list(interval(versus_best(draws[arm], [draws[b] for b in baselines]))) if versus else None,
+                "oracle_fraction": speedups[arm] / speedups[oracle] if oracle else None,
+            })
+    table = pa.Table.from_pylist(out, schema=SUMMARY_SCHEMA)
+    return table.sort_by([(k, "ascending") for k in SUMMARY_KEY])
+
+
+def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(members)
+    total = {f: sum(r[f] for r in members) for f in (
+        "plain_nfe", "spec_nfe", "plain_wall_s", "spec_wall_s", "spec_proposer_s", "spec_commits",
+        "plain_tokens", "spec_tokens", "stops_leaf", "stops_position", "stops_token")}
+    stale = [r["stale_hit_rate"] for r in members if r["stale_hit_rate"] is not None]
+    scored = [r for r in members if r["correct"] is not None]
+    correct = sum(bool(r["correct"]) for r in scored)
+    wall = total["spec_wall_s"]
+    return key | {
+        "proposer_kind": members[0]["proposer_kind"], "trained_on": members[0]["trained_on"], "n": n,
+        "exact_rate": sum(r["exact"] for r in members) / n,
+        "lossless_rate": sum(r["verdict"] != "logic-error" for r in members) / n,
+        "speedup_nfe": total["plain_nfe"] / total["spec_nfe"],
+        "speedup_wall": total["plain_wall_s"] / wall if wall else None,
+        "mean_accept_len": total["spec_commits"] / total["spec_nfe"],
+        "accuracy": correct / len(scored) if scored else None,
+        "correct": correct if scored else None,
+        "spec_accuracy": sum(bool(r["spec_correct"]) for r in scored) / len(scored) if scored else None,
+        "plain_nfe_per_token": total["plain_nfe"] / max(1, total["plain_tokens"]),
+        "spec_nfe_per_token": total["spec_nfe"] / max(1, total["spec_tokens"]),
+        "plain_tokens_per_s": total["plain_tokens"] / total["plain_wall_s"] if total["plain_wall_s"] else None,
+        "spec_tokens_per_s": total["spec_tokens"] / wall if wall else None,
+        "proposer_share": total["spec_proposer_s"] / wall if wall else None,
+        "stale_hit_rate": sum(stale) / len(stale) if stale else None,
+        **{f"stop_{reason}": total[f"stops_{reason}"] / total["spec_nfe"] for reason in ("leaf", "position", "token")},
+    }
+
+
+def _ratio(members: list[dict[str, Any]], numerator: str, denominator: str) -> float:
+    return sum(r[numerator] for r in members) / sum(r[denominator] for r in members)
+
+
+def _joint_draws(arms: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Bootstrap draws of every arm's speedup_nfe, resampling the cell's prompts once for all arms
+    (arms of a complete run share their prompts; otherwise each arm is resampled on its own)."""
+    sums: dict[str, dict[str, tuple[int, int]]] = {}
+    for arm, members in arms.items():
+        per_prompt = sums[arm] = {}
+        for row in members:
+            plain, spec = per_prompt.get(row["sample_id"], (0, 0))
+            per_prompt[row["sample_id"]] = (plain + row["plain_nfe"], spec + row["spec_nfe"])
+    prompt_sets = {tuple(sorted(per_prompt)) for per_prompt in sums.values()}
+    if len(prompt_sets) > 1:
+        return {arm: _joint_draws({arm: members})[arm] for arm, members in arms.items()}
+    prompts = prompt_sets.pop()
+    plain = [next(iter(sums.values()))[p][0] for p in prompts]
+    return resampled_speedups(plain, {arm: [per_prompt[p][1] for p in prompts] for arm, per_prompt in sums.items()})
