@@ -29,7 +29,6 @@ drafts nothing.
 from __future__ import annotations
 
 import functools
-import heapq
 import json
 import math
 from dataclasses import asdict, dataclass
@@ -39,7 +38,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
+from harness.decoding import DraftRequest, DraftTree
 from harness.decoding.rules import Rule, candidate_scores, greedy_tokens
 from harness.targets.zoo import ZOO_DIR
 from proposers.confidence import ConfidenceProposer
@@ -73,6 +72,8 @@ DEFAULT_CHECKPOINT = "spot-sdar-a-more-data-averaged"
 """The registry's `spot`: the zoo checkpoint trained on sdar-a (zoo/proposers/, docs/spot.md)."""
 SUPPORTED_CONFIDENCE = ("prob", "tempered_prob")
 """Conventions whose log-confidence is a candidate log-probability (every zoo and published family)."""
+DEFAULT_LOOKAHEAD = 4
+"""`SpotProposer.lookahead`: rows per network call (benchmarks/proposer_cost.py)."""
 
 
 def log_odds(logp: Tensor, tokens: Tensor) -> Tensor:
@@ -192,7 +193,6 @@ seen yet: committing a position changes its neighbours' confidences, and the sta
 show that change. Older real commits are already in the stale view and only tell the target's
 habit; they all get the age `max_age` (keeping their order helped sdar-a by up to 3% and cost up
 to 5% on the other zoo targets, docs/spot.md)."""
-EXPAND = -1
 NODE_FEATURES = 12
 GAP_SCALE = 10.0
 """Gaps (log-confidence, log-odds) are clamped to -GAP_SCALE and divided by it."""
@@ -353,8 +353,17 @@ def zoo_spot(name: str = DEFAULT_CHECKPOINT) -> SpotNet:
 
 
 class SpotProposer:
-    def __init__(self, net: SpotNet):
+    """SPOT's draft trees (module docstring); the best-first search is in proposers/spot_tree.py.
+
+    `lookahead`: the most rows of one network call, the missing node's and those the search expects
+    to expand next (`spot_tree.plan`). 1 calls the network once per expanded node, with batch 1.
+    """
+
+    def __init__(self, net: SpotNet | SpotEnsemble, lookahead: int = DEFAULT_LOOKAHEAD):
+        if lookahead < 1:
+            raise ValueError(f"lookahead must be >= 1, got {lookahead}")
         self.net = net
+        self.lookahead = lookahead
         self.fallback = ConfidenceProposer()
 
     @torch.no_grad()
@@ -363,44 +372,6 @@ class SpotProposer:
             return DraftTree()
         if request.rule.name != "top1" or request.rule.confidence not in SUPPORTED_CONFIDENCE:
             return self.fallback.propose(request)
-        rule, budget, temperature = request.rule, request.budget, request.temperature
-        view = StaleView.of(request.stale, temperature, rule.mask_id)
-        static = static_features(view).cpu()[None]
-        per_depth: dict[int, Candidates] = {}
+        from proposers.spot_tree import grow  # here: spot_tree builds on this module's features
 
-        def at_depth(depth: int) -> Candidates:
-            key = depth if request.noise else 0  # without noise every depth has the same candidates
-            if key not in per_depth:
-                noise = request.noise(request.step + depth) if request.noise else None
-                per_depth[key] = candidates(view, noise, rule)
-            return per_depth[key]
-
-        # Frontier: (-log P(path walked), tie-break, parent, depth, position, token class). Position
-        # EXPAND stands for a drafted node whose children are not scored yet: the network runs only
-        # when that entry is popped (its children cannot score higher), so leaves cost no call. A
-        # child is a position with the stale candidate or with the runner-up, scored by P(position
-        # committed next) * P(that token); siblings on one position hedge a flipped token.
-        frontier: list[tuple[float, int, int, int, int, int]] = [(0.0, 0, 0, 0, EXPAND, TOP)]
-        ages = {0: root_ages(request.root, rule.mask_id, request.history, self.net.config.max_age)}
-        nodes: list[DraftNode] = []
-        counter = 0
-        while frontier and len(nodes) < budget:
-            neg_logp, _, parent, depth, position, choice = heapq.heappop(frontier)
-            if position == EXPAND:
-                left = int((ages[parent] == MASKED).sum())
-                if left <= 1:
-                    continue  # the only child would complete the block: the verifier's bonus commit
-                position_logp, token_logp = self.net(static, at_depth(depth).features[None], ages[parent][None],
-                                                     torch.tensor([depth]), torch.tensor([temperature]))
-                best = position_logp[0].topk(min(left, budget - len(nodes)))
-                for value, child in zip(best.values.tolist(), best.indices.tolist()):
-                    for choice, token_score in at_depth(depth).token_choices(token_logp[0], child):
-                        counter += 1
-                        heapq.heappush(frontier, (neg_logp - value - token_score, counter, parent, depth, child, choice))
-                continue
-            token = at_depth(depth).token(choice, position)
-            nodes.append(DraftNode(parent, Transition((position,), (token,))))
-            ages[len(nodes)] = commit(ages[parent], position)
-            counter += 1
-            heapq.heappush(frontier, (neg_logp, counter, len(nodes), depth + 1, EXPAND, TOP))
-        return DraftTree(tuple(nodes))
+        return grow(self.net, request, self.lookahead)[0]
