@@ -1,10 +1,12 @@
+import dataclasses
+
 import pytest
 
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
 from spotbench.cli import main
 from harness.gate import Check, Thresholds, gate, render, wilson_interval
-from harness.results import RunDir, group_id
+from harness.results import Row, RunDir, group_id
 from tasks.registry import get_task
 
 SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence",), limit=4, temperatures=(0.0,),
@@ -15,7 +17,7 @@ SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence",), limit=4, 
 def rows() -> list[dict]:
     evaluator = Evaluator(SUITE)
     samples = get_task("arith").load("test", limit=4)
-    return [r for s in samples for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", s, SUITE.groups()))
+    return [dataclasses.asdict(r) for s in samples for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", s, SUITE.groups()))
             for r in g]
 
 
@@ -25,7 +27,7 @@ def write_run(path, rows, status="complete") -> str:
     for row in rows:
         groups.setdefault(group_id(row), []).append(row)
     for group in groups.values():
-        run.write_group(group)
+        run.write_group([Row(**r) for r in group])
     run.write_summary()
     run.update_manifest(status=status)
     return str(path)

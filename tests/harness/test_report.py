@@ -1,3 +1,4 @@
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ def run_dir(tmp_path_factory) -> RunDir:
     evaluator = Evaluator(SUITE)
     for sample in get_task("arith").load("test", limit=2):
         for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", sample, SUITE.groups())):
-            assert group_id(rows[0]) and run.write_group(rows)
+            assert group_id(dataclasses.asdict(rows[0])) and run.write_group(rows)
     run.write_summary()
     run.update_manifest(status="complete")
     return run

@@ -314,7 +314,11 @@ def test_registry_spot_is_the_zoo_checkpoint_trained_on_sdar_a():
     from proposers.spot import DEFAULT_CHECKPOINT, zoo_spot
 
     proposer = build_proposer("spot", None, None)
-    assert isinstance(proposer, SpotProposer) and proposer.net is zoo_spot()
+    by_path = build_proposer(f"spot:{ZOO_DIR / 'proposers' / DEFAULT_CHECKPOINT}", None, None)
+    by_name = build_proposer(f"spot:{DEFAULT_CHECKPOINT}", None, None)
+    assert isinstance(proposer, SpotProposer) and proposer.net is by_path.net is by_name.net  # loaded once
+    zoo = zoo_spot().state_dict()
+    assert all(torch.equal(value, zoo[key]) for key, value in proposer.net.state_dict().items())
     meta = json.loads((ZOO_DIR / "proposers" / DEFAULT_CHECKPOINT / CONFIG_FILE).read_text())
     assert meta["provenance"]["target"] == "sdar-a" and meta["validation"]["accuracy"] > 0.5
 
