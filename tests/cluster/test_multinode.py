@@ -7,6 +7,8 @@ from ray.cluster_utils import Cluster
 from cluster.runner import run_suite
 from cluster.suite import Suite
 
+pytestmark = pytest.mark.slow  # Ray clusters and processes: CI runs it, the fast lane skips it
+
 
 @pytest.fixture(scope="module")
 def two_nodes():

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from cluster.ordered import map_in_order
+
+pytestmark = pytest.mark.slow  # Ray clusters and processes: CI runs it, the fast lane skips it
 
 
 def slow_first(job: int, offset: int) -> tuple[int, int]:

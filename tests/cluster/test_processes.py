@@ -1,3 +1,4 @@
+import pytest
 """The runner as a separate process: a killed driver, and a Ray head given by --address.
 
 Every Ray instance here belongs to a process group this test starts, and the group is killed at the
@@ -16,6 +17,8 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
+
+pytestmark = pytest.mark.slow  # Ray clusters and processes: CI runs it, the fast lane skips it
 
 
 SPOTBENCH = str(Path(sys.executable).with_name("spotbench"))

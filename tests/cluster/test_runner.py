@@ -45,6 +45,7 @@ def test_every_row_once_and_a_rerun_writes_nothing(tmp_path) -> None:
     assert {p: p.stat().st_mtime_ns for p in result.run_dir.samples_dir.iterdir()} == mtimes
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_replaced_and_every_row_lands_once(tmp_path) -> None:
     suite = Suite(**{**SUITE.__dict__, "limit": 6, "temperatures": (0.0,), "workers": 1})
     killed: list[int] = []
@@ -65,6 +66,7 @@ def test_a_killed_worker_is_replaced_and_every_row_lands_once(tmp_path) -> None:
     assert result.run_dir.manifest()["status"] == "complete"
 
 
+@pytest.mark.slow
 def test_more_workers_than_the_cluster_holds_are_capped(tmp_path) -> None:
     suite = Suite(**{**SUITE.__dict__, "limit": 2, "temperatures": (0.0,), "workers": 5})
     result = run_suite(suite, tmp_path / "run", progress=False)

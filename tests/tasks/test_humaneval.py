@@ -1,6 +1,9 @@
+import pytest
+
 from tasks.registry import get_task
 
 
+@pytest.mark.slow
 def test_canonical_solutions_pass_all_164():
     result = get_task("humaneval").self_check()
     assert (result.checked, result.passed) == (164, 164), result.failures

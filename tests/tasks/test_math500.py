@@ -1,6 +1,9 @@
+import pytest
+
 from tasks.registry import get_task
 
 
+@pytest.mark.slow
 def test_answer_and_boxed_solution_are_equivalent_through_math_verify():
     result = get_task("math500").self_check()
     assert result.checked == 500 and result.passed >= 495, result.failures

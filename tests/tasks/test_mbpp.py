@@ -1,6 +1,9 @@
+import pytest
+
 from tasks.registry import get_task
 
 
+@pytest.mark.slow
 def test_reference_code_passes_its_tests():
     result = get_task("mbpp").self_check()
     assert result.checked == 500 and result.passed >= 495, result.failures

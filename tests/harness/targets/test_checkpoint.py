@@ -182,6 +182,7 @@ def test_dream_remote_code_tokenizer_is_read_from_its_bpe_files(tmp_path, refere
     assert target.tokenizer.mask_token_id == target.mask_id == 258
 
 
+@pytest.mark.slow
 def test_cli_describes_a_checkpoint_folder_and_exits_2_on_a_bad_one(tmp_path, reference):
     reference.write_published("llada2", tmp_path / "ok", shards=2)
     reference.write_published("sdar", tmp_path / "bad")
