@@ -72,7 +72,7 @@ DEFAULT_CHECKPOINT = "spot-sdar-a-more-data-averaged"
 """The registry's `spot`: the zoo checkpoint trained on sdar-a (zoo/proposers/, docs/spot.md)."""
 SUPPORTED_CONFIDENCE = ("prob", "tempered_prob")
 """Conventions whose log-confidence is a candidate log-probability (every zoo and published family)."""
-DEFAULT_LOOKAHEAD = 4
+DEFAULT_LOOKAHEAD = 3
 """`SpotProposer.lookahead`: rows per network call (benchmarks/proposer_cost.py)."""
 
 

@@ -9,8 +9,18 @@ import random
 import pytest
 import torch
 
-from harness.decoding import DraftNode, DraftRequest, DraftTree, NoiseSource, Transition, parse_rule
+from harness.decoding import (
+    DecodeConfig,
+    DraftNode,
+    DraftRequest,
+    DraftTree,
+    NoiseSource,
+    Transition,
+    parse_rule,
+    speculative_decode,
+)
 from harness.targets.families import FAMILIES
+from harness.targets.registry import load_target
 from proposers.spot import (
     MASKED,
     TOP,
@@ -29,13 +39,16 @@ from proposers.spot import (
 from proposers.spot_tree import grow
 
 EXPAND = -1
+PERTURBATIONS = ("ties", "truncation", "depth")
+"""Deliberately wrong variants of the reference (negative controls): `ties` breaks ties among equal
+scores the other way (latest pushed first), `truncation` keeps every masked position as a child
+instead of the best `budget - drafted`, `depth` tells the network the child's depth."""
 
 
 @torch.no_grad()
-def reference_tree(net: torch.nn.Module, request: DraftRequest, perturb: bool = False) -> DraftTree:
+def reference_tree(net: torch.nn.Module, request: DraftRequest, perturb: str | None = None) -> DraftTree:
     """The search before batching (one network call per expanded node, batch 1), kept verbatim as
-    the reference. `perturb` breaks ties among equal scores the other way (latest pushed first):
-    the negative control, a search that differs only where the order of expansion is a tie."""
+    the reference, with an optional `PERTURBATIONS` variant."""
     if request.stale is None or request.budget == 0:
         return DraftTree()
     rule, budget, temperature = request.rule, request.budget, request.temperature
@@ -54,7 +67,7 @@ def reference_tree(net: torch.nn.Module, request: DraftRequest, perturb: bool = 
     ages = {0: root_ages(request.root, rule.mask_id, request.history, net.config.max_age)}
     nodes: list[DraftNode] = []
     counter = 0
-    sign = -1 if perturb else 1
+    sign = -1 if perturb == "ties" else 1
     while frontier and len(nodes) < budget:
         neg_logp, _, parent, depth, position, choice = heapq.heappop(frontier)
         if position == EXPAND:
@@ -62,8 +75,8 @@ def reference_tree(net: torch.nn.Module, request: DraftRequest, perturb: bool = 
             if left <= 1:
                 continue
             position_logp, token_logp = net(static, at_depth(depth).features[None], ages[parent][None],
-                                            torch.tensor([depth]), torch.tensor([temperature]))
-            best = position_logp[0].topk(min(left, budget - len(nodes)))
+                                            torch.tensor([depth + (perturb == "depth")]), torch.tensor([temperature]))
+            best = position_logp[0].topk(left if perturb == "truncation" else min(left, budget - len(nodes)))
             for value, child in zip(best.values.tolist(), best.indices.tolist()):
                 for choice, token_score in at_depth(depth).token_choices(token_logp[0], child):
                     counter += 1
@@ -103,17 +116,26 @@ def random_request(seed: int, vocab: int = 64) -> DraftRequest:
                         tuple(committed))
 
 
+@functools.cache
 def nets() -> dict[str, torch.nn.Module]:
-    return {"random": random_net(0), "zoo": zoo_spot(), "ensemble": SpotEnsemble([random_net(1), random_net(2)])}
+    """Random weights, random weights with a sharp token head (its outputs vary much between
+    positions, so runner-up and greedy siblings and the budget truncation matter), the zoo
+    checkpoint, and an ensemble."""
+    sharp = SpotNet(SpotConfig()).eval()
+    sharp.load_state_dict(random_net(0).state_dict())
+    with torch.no_grad():
+        sharp.token_head.weight.mul_(5)
+    return {"random": random_net(0), "sharp": sharp, "zoo": zoo_spot(),
+            "ensemble": SpotEnsemble([random_net(1), random_net(2)])}
 
 
-@pytest.mark.parametrize("lookahead", [1, 4, 16])
-@pytest.mark.parametrize("name", ["random", "zoo", "ensemble"])
+@pytest.mark.parametrize("lookahead", [1, 3, 16])
+@pytest.mark.parametrize("name", ["random", "sharp", "zoo", "ensemble"])
 def test_the_tree_is_the_batch_1_searchs_on_random_passes(name, lookahead):
     net = nets()[name]
     proposer = SpotProposer(net, lookahead)
     sizes = []
-    for seed in range(60):
+    for seed in range(80):
         req = random_request(seed)
         tree = proposer.propose(req)
         assert tree == reference_tree(net, req), f"seed {seed}"
@@ -123,30 +145,60 @@ def test_the_tree_is_the_batch_1_searchs_on_random_passes(name, lookahead):
 
 def test_lookahead_trades_calls_for_rows():
     # Lookahead 1 evaluates exactly the nodes it expands, one per call; a longer lookahead makes
-    # fewer calls. Siblings on one position share a row, so rows never exceed the reference's calls.
-    net = zoo_spot()
+    # fewer calls. Siblings on one position share a row.
+    net = nets()["sharp"]
     calls = {1: 0, 8: 0}
-    for seed in range(30):
+    shared = 0
+    for seed in range(40):
         req = random_request(seed)
         for lookahead in calls:
-            _, inputs = grow(net, req, lookahead)
+            tree, inputs = grow(net, req, lookahead)
             calls[lookahead] += inputs.calls
             if lookahead == 1:
                 assert inputs.rows == inputs.calls
-    assert calls[8] < calls[1]
+                drafted = {(node.parent, node.transition.positions) for node in tree.nodes}
+                shared += len(tree.nodes) - len(drafted)  # siblings drafting another token
+    assert calls[8] < calls[1] and shared > 0
+    with pytest.raises(ValueError, match="lookahead"):
+        SpotProposer(net, 0)
 
 
-def test_a_search_that_breaks_ties_otherwise_is_caught():
-    # Negative control: a zero head makes the position scores the clamped confidence gaps, so many
-    # positions tie exactly; the tree-equality check must see the reversed tie-break.
-    net = SpotNet(SpotConfig()).eval()
-    for head in (net.head, net.token_head):
-        torch.nn.init.zeros_(head.weight)
-        torch.nn.init.zeros_(head.bias)
-    differ = 0
-    for seed in range(20):
+@pytest.mark.parametrize("perturb", PERTURBATIONS)
+def test_a_perturbed_search_fails_the_equality(perturb):
+    # Negative control: each deliberately wrong variant builds another tree on some passes. For
+    # `ties`, zero heads make the position scores the clamped confidence gaps and the token
+    # choices even, so many entries tie exactly.
+    net = {"ties": None, "truncation": nets()["sharp"], "depth": nets()["zoo"]}[perturb]
+    if net is None:
+        net = SpotNet(SpotConfig()).eval()
+        for head in (net.head, net.token_head):
+            torch.nn.init.zeros_(head.weight)
+            torch.nn.init.zeros_(head.bias)
+    proposer, differ = SpotProposer(net), 0
+    for seed in range(60):
         req = random_request(seed)
-        tree = SpotProposer(net).propose(req)
+        tree = proposer.propose(req)
         assert tree == reference_tree(net, req)
-        differ += tree != reference_tree(net, req, perturb=True)
+        differ += tree != reference_tree(net, req, perturb)
     assert differ > 0
+
+
+@pytest.mark.parametrize("name", ["sdar-a", "llada-a"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_tree_is_the_batch_1_searchs_on_every_pass_of_a_zoo_decode(name, temperature):
+    # Real stale views (sharp, with near-ties) and the zoo checkpoint, pass by pass.
+    target = load_target(name)
+    prompt = target.tokenizer.encode("Question: Tom has 3 apples and buys 4 more. How many?\nAnswer:",
+                                     add_special_tokens=False)
+    net, passes = zoo_spot(), []
+
+    class Checked:
+        def propose(self, request: DraftRequest) -> DraftTree:
+            tree = SpotProposer(net).propose(request)
+            assert tree == reference_tree(net, request)
+            passes.append(len(tree.nodes))
+            return tree
+
+    config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 32, 32, temperature, 1)
+    speculative_decode(target, prompt, Checked(), config, 8)
+    assert len(passes) > 3 and max(passes) == 8
