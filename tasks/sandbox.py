@@ -1,63 +1,69 @@
-"""Run model-written Python in a locked-down child process and decide pass/fail unforgeably.
+"""Run model-written Python inside a bubblewrap jail, and decide pass/fail outside it.
 
-Each program runs as `[unshare --net --pid --fork --kill-child] python -I -B sandbox_child.py` in
-a fresh temporary directory, with a clean environment, in its own session, and is fed its code and a
-random pass nonce on stdin (never on disk, in argv or in the environment). A program *passes* only if
-it exits 0 AND its stdout ends with the nonce, which the launcher writes only after every segment
-(solution, then the harness's tests, compiled separately so the solution cannot swallow them into a
-string) ran to completion. So `sys.exit(0)` / `os._exit(0)` before the tests, `atexit` tricks,
-exceptions swallowed by a replaced `sys.excepthook`, or replacing builtins do not pass.
+A run is the program (every segment but the last: model-written, untrusted) and its tests (the last
+segment: trusted dataset code). They run as two processes, each in its own jail (`sandbox_child.py`
+is the launcher of both): the program executes the code, then answers requests; the judge runs the
+tests, and whatever they take from the program (the function under test, a class, a constant)
+reaches them only as plain data decoded into genuine builtin objects, or as a stand-in whose calls
+and attribute reads go back to the program. Comparisons, builtins and asserts all run in the judge,
+which the program cannot see, signal or write to. A run passes only if the judge writes `pass` on
+its own stdout and exits 0; nothing the program prints or exits with counts.
 
-Guaranteed by the kernel (hold even against deliberately hostile code):
-- wall-clock limit (the harness kills the whole process group at the deadline), CPU time
-  (RLIMIT_CPU), address space (RLIMIT_AS), size of any file written (RLIMIT_FSIZE), no core dumps;
-- bounded output: the harness reads at most `output_bytes` and kills the program past that;
-- a clean environment: only PATH, HOME/TMPDIR (the temp dir) and LANG; no inherited secrets or fds;
-- cleanup: the process group is SIGKILLed at the end; with `unshare` the program is PID 1 of its own
-  PID namespace, so everything it started dies with it, even if it left the process group;
-- with `unshare`: no network at all (a fresh network namespace has only a loopback that is down).
-- RLIMIT_NPROC only when the harness is not root (the kernel ignores it for root).
+Guaranteed by the kernel, through bubblewrap (`bwrap`, Debian package `bubblewrap`; required):
+- an unprivileged uid: a root harness runs bwrap privileged and `setpriv` drops to a uid of its own
+  per worker slot (no capabilities, empty bounding set, no_new_privs); a non-root harness uses an
+  unprivileged user namespace (uid 65534, no further user namespaces);
+- the file system: read-only binds of /usr (and the /bin, /lib links into it), the Python
+  installation and its venv, and the launcher; a private tmpfs work dir (`Limits.disk_bytes`) that
+  vanishes with the jail; fresh /proc (its own processes only) and a minimal /dev. Nothing else of
+  the host is visible, so files outside cannot be read, written, chmod-ed, utime-d or pinned with
+  attribute ioctls, whatever path, descriptor or dir_fd the code uses;
+- no network (own network namespace: a loopback that is down), own PID, IPC and UTS namespaces, a
+  new session (no terminal injection);
+- rlimits set inside the jail before any untrusted code is compiled: CPU time, address space, file
+  size, tasks (RLIMIT_NPROC, counted per uid), open files, no core dumps; a wall-clock deadline and
+  an output cap enforced here;
+- cleanup: killing a jail's bwrap ends its whole PID namespace, and `--die-with-parent` ends the
+  jails when the harness thread that started them dies, SIGKILL included;
+- a clean environment: PATH, HOME/TMPDIR (the work dir), LANG and single-thread BLAS settings.
 
-Guarded by an audit hook (`sys.addaudithook`) installed before the program runs, which refuses:
-sockets; process creation (fork, exec, spawn, system, subprocess, whose C fork primitive is also
-replaced); signals to any other process; ctypes and other modules that reach below the hooks;
-sys.settrace/setprofile (which could jump over asserts); raising the rlimits; writing, deleting,
-renaming, linking or chmod-ing anything outside the temp dir (paths resolved through symlinks);
-reading files outside the Python installation, sys.path and the temp dir (so not /proc/<pid>/environ
-of the harness, nor ~/.ssh).
+Guarded only by an audit hook inside the program (defence in depth; the jail holds without it, as
+the hostile tests check with `audit_hook=False`): refusing process creation, sockets, ctypes,
+tracing, signals to other processes and file changes outside the work dir.
 
-Not guaranteed: the harness runs as root here, so file-system protection outside the temp dir rests
-on the audit hook, which is a Python-level guard and not a security boundary: code that corrupts the
-interpreter's memory (e.g. through a CPython bug) can remove it. The nonce lives in the launcher's
-memory, so code that deliberately walks interpreter frames to find it could forge a pass. Test
-results can still be gamed by returning objects that compare equal to anything. Treat this as a
-robust harness against mistakes and casual misbehaviour of model-written code, not as a jail for an
-adversary; run untrusted workloads in a VM or container on top of it.
+Not guaranteed: the kernel itself (no seccomp filter, so the jailed code can still create user
+namespaces of its own and reach any syscall); tmpfs memory counts against the host, not RLIMIT_AS;
+parallel harness processes share the per-slot uids, so their RLIMIT_NPROC counts add up. Tests that
+call helpers the program defines (e.g. HumanEval/32's `poly`) trust the program's helper, as the
+official harnesses do.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
-import secrets
+import queue
 import selectors
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from harness.errors import UserError
+
 CHILD = Path(__file__).with_name("sandbox_child.py")
-UNSHARE_VARIANTS = (
-    ["unshare", "--net", "--pid", "--fork", "--kill-child"],
-    ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child"],
-)
+LAUNCHER = "/spotbench/launcher.py"  # where CHILD appears inside a jail
+WORKDIR = "/tmp"  # the jail's private tmpfs
+JAIL_ENV = {"PATH": "/usr/bin:/bin", "HOME": WORKDIR, "TMPDIR": WORKDIR, "LANG": "C.UTF-8",
+            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+UID_BASE = 2_100_000_000  # root harness: slot s runs its program as UID_BASE + 2s, judge + 1
+GRACE_S = 1.0  # how long the program may take to exit once the judge is done
 
 
 @dataclass(frozen=True)
@@ -70,12 +76,15 @@ class Limits:
     memory_bytes: int = 1 << 30
     output_bytes: int = 1 << 20
     file_bytes: int = 16 << 20
-    processes: int = 16
+    disk_bytes: int = 64 << 20  # size of the work dir's tmpfs
+    processes: int = 16  # tasks (processes and threads) per jail
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What happened to one program. `status` is passed, failed, timeout, output_limit or killed."""
+    """What happened to one run. `status` is passed, failed, timeout, output_limit or killed;
+    `returncode` is the program's (None if it was stopped); stderr is the program's, then the
+    judge's (the failing assert)."""
 
     passed: bool
     status: str
@@ -85,51 +94,88 @@ class Outcome:
     wall_s: float
 
 
-@cache
-def isolation_prefix() -> tuple[str, ...]:
-    """The first `unshare` invocation that works here (root: plain namespaces; otherwise through a
-    user namespace), or () where namespaces are unavailable."""
-    if shutil.which("unshare") is None:
-        return ()
-    for variant in UNSHARE_VARIANTS:
-        try:
-            probe = subprocess.run([*variant, "true"], capture_output=True, timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if probe.returncode == 0:
-            return tuple(variant)
-    return ()
-
-
 def default_workers() -> int:
     """One program per available CPU: the programs are CPU-bound."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-_SLOTS = threading.BoundedSemaphore(default_workers())
+_SLOTS: queue.SimpleQueue[int] = queue.SimpleQueue()
+for _slot in range(default_workers()):
+    _SLOTS.put(_slot)
 
 
-def _user_tasks() -> int:
-    """Tasks (processes and threads) of this user, which RLIMIT_NPROC counts; 0 for root."""
-    if os.geteuid() == 0:
-        return 0
-    count = 0
-    for entry in os.scandir("/proc"):
-        try:
-            if entry.name.isdigit() and entry.stat().st_uid == os.getuid():
-                count += len(os.listdir(f"/proc/{entry.name}/task"))
-        except OSError:
+@cache
+def tools() -> tuple[str, str]:
+    """Paths of bwrap and setpriv; a clear error where bubblewrap is missing (no unjailed run)."""
+    bwrap, setpriv = shutil.which("bwrap"), shutil.which("setpriv")
+    if bwrap is None or setpriv is None:
+        raise UserError("the code sandbox needs bubblewrap and setpriv: "
+                        "apt-get install -y bubblewrap util-linux")
+    return bwrap, setpriv
+
+
+@cache
+def read_only_view() -> tuple[str, ...]:
+    """bwrap arguments for what a jail sees of the host: /usr, the top-level links or dirs into it,
+    the Python installation and the venv at their own paths (the venv's interpreter finds both),
+    and the launcher. Parent dirs are made 0755 so the unprivileged uid can walk to them."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = Path("/", name)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    bound, made = ["/usr"], set()
+    trees = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    for tree in sorted(trees) + [str(Path(LAUNCHER).parent)]:
+        if any(tree == b or tree.startswith(b + "/") for b in bound):
             continue
-    return count
+        for parent in [*reversed(Path(tree).parents[:-1]), Path(tree)]:
+            if str(parent) not in made:
+                made.add(str(parent))
+                args += ["--perms", "0755", "--dir", str(parent)]
+        if tree != str(Path(LAUNCHER).parent):
+            bound.append(tree)
+            args += ["--ro-bind", tree, tree]
+    return (*args, "--ro-bind", str(CHILD), LAUNCHER)
 
 
-def run(segments: list[tuple[str, str]], limits: Limits = Limits()) -> Outcome:
-    """Run the code `segments` ((name, source) pairs, executed in order in one namespace) once.
+def jail_command(role: str, uid: int, limits: Limits) -> list[str]:
+    """`python -I -B launcher.py ROLE` in a fresh jail: bwrap with everything unshared, and for a
+    root harness setpriv down to `uid` (bwrap's own user namespace would map the jail to root)."""
+    bwrap, setpriv = tools()
+    command = [bwrap, *read_only_view(), "--proc", "/proc", "--dev", "/dev",
+               "--perms", "1777", "--size", str(limits.disk_bytes), "--tmpfs", WORKDIR,
+               "--chdir", WORKDIR, "--unshare-ipc", "--unshare-pid", "--unshare-net",
+               "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+               "--clearenv"]
+    for name, value in JAIL_ENV.items():
+        command += ["--setenv", name, value]
+    if os.geteuid() == 0:
+        command += ["--cap-add", "CAP_SETUID,CAP_SETGID,CAP_SETPCAP", "--", setpriv,
+                    f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                    "--bounding-set=-all", "--"]
+    else:
+        command += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns",
+                    "--cap-drop", "ALL", "--"]
+    return [*command, sys.executable, "-I", "-B", LAUNCHER, role]
 
-    At most `default_workers()` programs run at a time in this process, however many threads call
-    this, so parallel scorers do not oversubscribe the machine."""
-    with _SLOTS:
-        return _run(segments, limits)
+
+def run(segments: list[tuple[str, str]], limits: Limits = Limits(), *,
+        audit_hook: bool = True) -> Outcome:
+    """Run the program `segments[:-1]` ((name, source) pairs, executed in order in one namespace)
+    against the tests `segments[-1]`, once. `audit_hook=False` leaves the jail as the only guard.
+
+    At most `default_workers()` runs at a time in this process, however many threads call this, so
+    parallel scorers do not oversubscribe the machine."""
+    if len(segments) < 2:
+        raise ValueError("a run needs the program's segments and then the tests")
+    slot = _SLOTS.get()
+    try:
+        return _run(segments, limits, slot, audit_hook)
+    finally:
+        _SLOTS.put(slot)
 
 
 def run_many(programs: list[list[tuple[str, str]]], limits: Limits = Limits(),
@@ -139,88 +185,107 @@ def run_many(programs: list[list[tuple[str, str]]], limits: Limits = Limits(),
         return list(pool.map(lambda segments: run(segments, limits), programs))
 
 
-def _run(segments: list[tuple[str, str]], limits: Limits) -> Outcome:
-    import json
-
-    nonce = secrets.token_hex(16)
-    child_limits = asdict(limits)
-    child_limits["cpu_s"] = limits.cpu_s or math.ceil(limits.wall_s) + 1
-    if limits.processes and os.geteuid() != 0:
-        child_limits["processes"] = _user_tasks() + limits.processes
-    else:
-        child_limits["processes"] = 0
-    job = json.dumps({"nonce": nonce, "limits": child_limits, "segments": segments}).encode()
-    workdir = tempfile.mkdtemp(prefix="spotbench-sandbox-")
-    env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
-    command = [*isolation_prefix(), sys.executable, "-I", "-B", str(CHILD)]
+def _run(segments: list[tuple[str, str]], limits: Limits, slot: int, audit_hook: bool) -> Outcome:
+    child_limits = {"cpu_s": limits.cpu_s or math.ceil(limits.wall_s) + 1,
+                    "memory_bytes": limits.memory_bytes, "file_bytes": limits.file_bytes,
+                    "processes": limits.processes}
+    requests, replies = os.pipe(), os.pipe()  # judge -> program, program -> judge
+    jobs = (("program", {"limits": child_limits, "segments": segments[:-1],
+                         "audit_hook": audit_hook, "channel": [requests[0], replies[1]]}),
+            ("judge", {"limits": child_limits, "tests": segments[-1][1],
+                       "channel": [replies[0], requests[1]]}))
     start = time.monotonic()
+    procs: list[subprocess.Popen] = []
+    status, codes = "done", []
     try:
-        proc = subprocess.Popen(command, cwd=workdir, env=env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, close_fds=True)
         try:
-            status, stdout, stderr = _communicate(proc, job, start + limits.wall_s,
-                                                  limits.output_bytes)
+            for index, (role, job) in enumerate(jobs):
+                procs.append(_spawn(jail_command(role, UID_BASE + 2 * slot + index, limits), job))
         finally:
-            _kill_group(proc)  # before reaping, so the group id cannot have been reused
-            proc.wait()
-            proc.stdout.close()
-            proc.stderr.close()
+            for fd in (*requests, *replies):
+                os.close(fd)
+        status, out = _collect(*procs, start + limits.wall_s, limits.output_bytes)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    wall = time.monotonic() - start
-    code = proc.returncode
-    marker = b"\n" + nonce.encode() + b"\n"
+        codes = [_stop(proc, patient=status == "done") for proc in procs]
+    program_code, judge_code = codes
     if status == "done":
-        if code == 0 and stdout.endswith(marker):
-            status, stdout = "passed", stdout[: -len(marker)]
-        elif code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
-            status = "timeout"
-        elif code is not None and (code < 0 or code > 128):
-            status = "killed"
-        else:
-            status = "failed"
-    return Outcome(status == "passed", status, code, stdout[-4096:].decode(errors="replace"),
-                   stderr[-4096:].decode(errors="replace"), wall)
+        status = _status(program_code, judge_code, out["judge_stdout"])
+    stderr = out["program_stderr"][-2048:] + out["judge_stderr"][-2048:]
+    return Outcome(status == "passed", status, program_code,
+                   out["program_stdout"][-4096:].decode(errors="replace"),
+                   stderr.decode(errors="replace"), time.monotonic() - start)
 
 
-def _communicate(proc: subprocess.Popen, job: bytes, deadline: float,
-                 cap: int) -> tuple[str, bytes, bytes]:
-    """Feed the job, collect at most `cap` bytes of output; 'done', 'timeout' or 'output_limit'."""
+def _spawn(command: list[str], job: dict) -> subprocess.Popen:
+    """Start one jail and hand it its job on stdin; the channel fds travel by number."""
+    channel = job["channel"]
+    proc = subprocess.Popen(command, env=JAIL_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+                            pass_fds=channel)
     try:
-        proc.stdin.write(job)
+        proc.stdin.write(json.dumps(job).encode())
         proc.stdin.close()
     except BrokenPipeError:
         pass
-    buffers = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    return proc
+
+
+def _collect(program: subprocess.Popen, judge: subprocess.Popen, deadline: float,
+             cap: int) -> tuple[str, dict[str, bytes]]:
+    """Read both jails' output until all of it ends: 'done', 'timeout' or 'output_limit'. Once the
+    judge is done, the program gets `GRACE_S` to exit (it does as soon as the channel closes)."""
+    streams = {program.stdout.fileno(): "program_stdout", program.stderr.fileno(): "program_stderr",
+               judge.stdout.fileno(): "judge_stdout", judge.stderr.fileno(): "judge_stderr"}
+    out = {name: bytearray() for name in streams.values()}
+    judge_open = {judge.stdout.fileno(), judge.stderr.fileno()}
+    status = "done"
     with selectors.DefaultSelector() as selector:
-        for stream in (proc.stdout, proc.stderr):
-            os.set_blocking(stream.fileno(), False)
-            selector.register(stream.fileno(), selectors.EVENT_READ)
+        for fd in streams:
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ)
         while selector.get_map():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return "timeout", bytes(buffers[proc.stdout.fileno()]), bytes(
-                    buffers[proc.stderr.fileno()])
+                status = "timeout" if judge_open else "done"
+                break
             for key, _ in selector.select(remaining):
                 chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    selector.unregister(key.fd)
+                if chunk:
+                    out[streams[key.fd]] += chunk
                     continue
-                buffers[key.fd] += chunk
-                if sum(map(len, buffers.values())) > cap:
-                    return "output_limit", bytes(buffers[proc.stdout.fileno()][:cap]), bytes(
-                        buffers[proc.stderr.fileno()][:cap])
+                selector.unregister(key.fd)
+                judge_open.discard(key.fd)
+                if not judge_open:
+                    deadline = min(deadline, time.monotonic() + GRACE_S)
+            if sum(map(len, out.values())) > cap:
+                status = "output_limit"
+                break
+    return status, {name: bytes(data) for name, data in out.items()}
+
+
+def _stop(proc: subprocess.Popen, patient: bool) -> int | None:
+    """The jail's exit code if it ended by itself (waiting up to GRACE_S when `patient`), else
+    None after killing it: killing bwrap ends its whole PID namespace. Killed before it is reaped,
+    so its process group id cannot have been reused."""
     try:
-        proc.wait(max(0.0, deadline - time.monotonic()))
+        code = proc.wait(GRACE_S if patient else 0)
     except subprocess.TimeoutExpired:
-        return "timeout", bytes(buffers[proc.stdout.fileno()]), bytes(buffers[proc.stderr.fileno()])
-    return "done", bytes(buffers[proc.stdout.fileno()]), bytes(buffers[proc.stderr.fileno()])
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
+        code = None
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
+    return code
 
+
+def _status(program_code: int | None, judge_code: int | None, verdict: bytes) -> str:
+    """passed only on the judge's word; else why the run failed (bwrap reports a child killed by
+    signal N as 128 + N)."""
+    if judge_code == 0 and verdict == b"pass\n":
+        return "passed"
+    codes = [c for c in (program_code, judge_code) if c is not None]
+    if 128 + signal.SIGXCPU in codes:
+        return "timeout"
+    if any(c > 128 for c in codes):
+        return "killed"
+    return "failed"

@@ -1,12 +1,10 @@
-"""The sandbox scores hostile or broken programs as failures and the harness survives them."""
+"""The sandbox scores honest programs as the official harnesses would, values cross exactly, and the
+jail is what the docstring says. Hostile programs are in test_sandbox_hostile.py."""
 
 from __future__ import annotations
 
 import os
-import socket
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -28,92 +26,73 @@ def test_correct_program_passes_and_wrong_one_fails():
     assert not wrong.passed and wrong.status == "failed" and "AssertionError" in wrong.stderr
 
 
-def test_program_output_is_kept_without_the_nonce():
-    outcome = check(GOOD + "print('hello')\n")
+def test_program_output_is_kept_and_is_not_the_verdict():
+    outcome = check(GOOD + "print('hello')\n", tests=TESTS + "print('from the tests')\n")
     assert outcome.passed and outcome.stdout.strip() == "hello"
+    assert "from the tests" in outcome.stderr
 
 
-@pytest.mark.parametrize("early_exit", ["import sys\nsys.exit(0)", "import os\nos._exit(0)",
-                                        "raise SystemExit", "exit()"])
-def test_exiting_before_the_asserts_is_not_a_pass(early_exit):
-    outcome = check(GOOD + early_exit + "\n", tests="assert add(1, 2) == 999\n")
-    assert not outcome.passed
+def test_syntax_errors_fail_on_either_side():
+    assert "SyntaxError" in check("def add(a, b)\n").stderr
+    assert not check(GOOD, tests="assert (\n").passed
 
 
-@pytest.mark.parametrize("patch", [
-    "import builtins\nbuiltins.AssertionError = type('Quiet', (Exception,), {})",
-    "import sys\nsys.excepthook = lambda *a: None",
-    "import atexit, os\natexit.register(lambda: os._exit(0))",
-    "import sys\nsys.settrace(lambda *a: None)",
-    "print('\\n' + 'f' * 32)",  # a fake nonce line
+def test_a_run_needs_tests():
+    with pytest.raises(ValueError):
+        sandbox.run([("solution", GOOD)])
+
+
+@pytest.mark.parametrize("value", [
+    "None", "True", "0", "-7", "2**64 + 1", "-(3**5000)", "1.5", "float('inf')", "-0.0", "1 + 2j",
+    "'text'", "b'\\x00\\xff'", "[1, [2, (3, 4)]]", "(1, 'a', None)", "{1, 2}", "frozenset({3})",
+    "{'k': [1], 2: (3,)}", "{(1, 2): {3}}", "int", "str",
 ])
-def test_monkeypatching_the_asserts_away_is_not_a_pass(patch):
-    assert not check(GOOD + patch + "\n", tests="assert add(1, 2) == 999\n").passed
+def test_plain_values_cross_exactly(value):
+    program = f"VALUE = {value}\ndef echo(x):\n    return x\ndef value():\n    return VALUE\n"
+    tests = (f"expected = {value}\n"
+             "for got in (value(), echo(expected), VALUE):\n"
+             "    assert type(got) is type(expected) and repr(got) == repr(expected)\n")
+    assert check(program, tests).passed
 
 
-def test_solution_cannot_swallow_the_tests_into_a_string():
-    assert not check(GOOD + 'x = """\n', tests='assert add(1, 2) == 999\n"""\n').passed
+def test_builtin_subclasses_cross_as_their_builtin_value():
+    program = ("import collections\ndef count(xs):\n    return collections.Counter(xs)\n"
+               "Point = collections.namedtuple('Point', 'x y')\ndef point():\n    return Point(1, 2)\n")
+    tests = ("assert count('abca') == {'a': 2, 'b': 1, 'c': 1}\nassert type(count('a')) is dict\n"
+             "assert point() == (1, 2)\n")
+    assert check(program, tests).passed
 
 
-def test_infinite_loop_times_out():
-    start = time.monotonic()
-    outcome = check("while True:\n    pass\n", limits=Limits(wall_s=1.0))
-    assert outcome.status == "timeout" and not outcome.passed
-    assert time.monotonic() - start < 5
+def test_objects_stay_in_the_program_and_are_used_through_references():
+    """MBPP/367's setup builds a tree of the program's Node class and hands it back to it."""
+    program = ("class Node:\n    def __init__(self, v):\n        self.v, self.left = v, None\n"
+               "    def depth(self):\n        return 1 + (self.left.depth() if self.left else 0)\n"
+               "def depth(node):\n    return node.depth()\n")
+    tests = ("root = Node(1)\nroot.left = Node(2)\nroot.left.left = Node(3)\n"
+             "assert depth(root) == 3 and root.depth() == 3 and root.left.v == 2\n"
+             "assert root != Node(1) and root == root\n"
+             "try:\n    bool(root)\nexcept TypeError:\n    pass\nelse:\n    raise AssertionError\n")
+    assert check(program, tests).passed
 
 
-def test_cpu_limit_applies_below_the_wall_clock():
-    outcome = check("while True:\n    pass\n", limits=Limits(wall_s=5.0, cpu_s=1))
-    assert not outcome.passed and outcome.wall_s < 4
+def test_exceptions_cross_by_builtin_type():
+    program = ("class Custom(Exception):\n    pass\ndef bad(kind):\n"
+               "    raise {'value': ValueError('v'), 'custom': Custom('c')}[kind]\n")
+    tests = ("try:\n    bad('value')\nexcept ValueError as e:\n    assert str(e) == 'v'\n"
+             "try:\n    bad('custom')\nexcept Exception as e:\n    assert 'Custom: c' in str(e)\n")
+    assert check(program, tests).passed
 
 
-@pytest.mark.parametrize("bomb", [
-    "import os\nwhile True:\n    os.fork()",
-    "import subprocess, sys\nwhile True:\n    subprocess.Popen([sys.executable, '-c', 'pass'])",
-    "import multiprocessing\nwhile True:\n    multiprocessing.Process(target=print).start()",
-    "import _posixsubprocess\n_posixsubprocess.fork_exec()",
-    "import os\nos.system('sleep 100 &')",
-])
-def test_fork_bomb_fails(bomb):
-    outcome = check(GOOD + bomb + "\n")
-    assert not outcome.passed and outcome.wall_s < 3
+def test_builtin_names_come_from_the_program_only_when_they_are_all_it_offers():
+    """MBPP/126 tests a function named `sum`; next to another function a `sum` is ignored."""
+    own_sum = "def sum(a, b):\n    return a * b\n"
+    assert check(own_sum, "assert sum(2, 3) == 6\n").passed
+    assert check(GOOD + own_sum, "assert sum([add(1, 1), 1]) == 3\n").passed
 
 
-def test_memory_bomb_fails():
-    outcome = check(GOOD + "chunks = []\nwhile True:\n    chunks.append(bytearray(10**8))\n")
-    assert not outcome.passed and "MemoryError" in outcome.stderr
-
-
-def test_printing_gigabytes_is_cut_off():
-    outcome = check(GOOD + "while True:\n    print('x' * 10**6)\n")
-    assert outcome.status == "output_limit" and not outcome.passed
-    assert len(outcome.stdout) <= 4096 and outcome.wall_s < 3
-
-
-@pytest.fixture
-def canary(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("outside") / "canary.txt"
-    path.write_text("alive")
-    return path
-
-
-@pytest.mark.parametrize("attack", [
-    "import os\nos.remove({p!r})",
-    "open({p!r}, 'w').write('dead')",
-    "open({p!r}, 'a').write('dead')",
-    "import os\nos.close(os.open({p!r}, os.O_WRONLY | os.O_TRUNC))",
-    "import shutil, os\nshutil.rmtree(os.path.dirname({p!r}))",
-    "import os\nos.rename({p!r}, 'stolen')",
-    "import os\nos.symlink({p!r}, 'link')\nopen('link', 'w').write('dead')",
-    "import os\nos.link({p!r}, 'hard')\nopen('hard', 'w').write('dead')",
-    "import os\nos.chdir(os.path.dirname({p!r}))\nopen('canary.txt', 'w').write('dead')",
-    "import os\nos.chmod({p!r}, 0)",
-    "import pathlib\npathlib.Path({p!r}).write_text('dead')",
-])
-def test_writes_outside_the_sandbox_fail_and_the_canary_survives(canary, attack):
-    outcome = check(GOOD + attack.format(p=str(canary)) + "\n")
-    assert not outcome.passed
-    assert canary.read_text() == "alive" and oct(canary.stat().st_mode)[-3:] != "000"
+def test_stdlib_modules_of_the_program_are_imported_by_the_judge():
+    program = "import math, collections.abc\ndef root(x):\n    return math.sqrt(x)\n"
+    assert check(program, "assert math.isclose(root(2.0), 2 ** 0.5)\n").passed
 
 
 def test_writing_inside_its_own_directory_is_allowed():
@@ -121,52 +100,35 @@ def test_writing_inside_its_own_directory_is_allowed():
     assert check(program).passed
 
 
-def test_network_connection_to_a_loopback_server_fails():
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.settimeout(3)
-    port = server.getsockname()[1]
-    connections: list = []
-
-    def accept():
-        try:
-            connections.append(server.accept())
-        except OSError:
-            pass
-
-    thread = threading.Thread(target=accept)
-    thread.start()
-    outcome = check(GOOD + f"import socket\nsocket.create_connection(('127.0.0.1', {port})).sendall(b'x')\n")
-    thread.join()
-    server.close()
-    assert not outcome.passed and connections == []
-
-
-def test_killing_the_parent_fails_and_the_harness_survives():
-    harness = os.getpid()
-    for attack in ("os.kill(os.getppid(), 9)", f"os.kill({harness}, 9)", "os.killpg(0, 9)"):
-        outcome = check(GOOD + f"import os\n{attack}\n")
-        assert not outcome.passed
-    assert os.getpid() == harness
-
-
-def test_environment_secrets_are_not_visible(monkeypatch):
-    secret = "s3cr3t-" + os.urandom(8).hex()
-    monkeypatch.setenv("SPOTBENCH_TEST_SECRET", secret)
-    program = GOOD + (
-        "import os\nprint(dict(os.environ))\n"
-        "try:\n    print(open('/proc/%d/environ').read())\nexcept Exception as e:\n    print(e)\n"
-        % os.getpid()
-    )
-    outcome = check(program)
-    assert secret not in outcome.stdout + outcome.stderr
-    assert not check(GOOD + "import os\nassert 'SPOTBENCH_TEST_SECRET' in os.environ\n").passed
+def test_the_jail_runs_unprivileged_alone_and_offline():
+    program = GOOD + ("import os, socket\nstatus = open('/proc/self/status').read()\n"
+                      "print(os.getuid(), os.getcwd())\nprint(sorted(os.listdir('/')))\n"
+                      "print('|'.join(l for l in status.splitlines() if l.startswith(('CapEff', 'CapBnd', 'NoNewPrivs'))))\n"
+                      "print(socket.if_nameindex())\n")
+    outcome = sandbox.run([("solution", program), ("tests", TESTS)], FAST, audit_hook=False)
+    assert outcome.passed, outcome.stderr
+    ids, root, caps, links = outcome.stdout.splitlines()
+    uid, cwd = ids.split()
+    assert int(uid) != 0 and cwd == sandbox.WORKDIR
+    assert set(eval(root)) <= {"bin", "dev", "lib", "lib32", "lib64", "libx32", "proc", "root",
+                               "sbin", "spotbench", "tmp", "usr", "work", "home", "opt"}
+    assert caps.split("|") == ["CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"]
+    assert links == "[(1, 'lo')]"
 
 
 def test_run_many_keeps_order_and_bounds_parallelism():
-    programs = [[("solution", f"import time\ntime.sleep(0.4)\nassert {i} != 2\n")] for i in range(4)]
+    programs = [[("solution", f"import time\ntime.sleep(0.4)\nX = {i}\n"), ("tests", "assert X != 2\n")]
+                for i in range(4)]
     start = time.monotonic()
     outcomes = sandbox.run_many(programs, FAST, workers=2)
     assert [o.passed for o in outcomes] == [True, True, False, True]
     assert time.monotonic() - start >= 0.8  # two waves of two
+
+
+def test_the_command_names_every_part_of_the_boundary():
+    command = sandbox.jail_command("program", sandbox.UID_BASE, FAST)
+    for flag in ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent",
+                 "--new-session", "--clearenv", "--tmpfs"):
+        assert flag in command
+    if os.geteuid() == 0:
+        assert f"--reuid={sandbox.UID_BASE}" in command and "--bounding-set=-all" in command
