@@ -44,3 +44,37 @@ def test_is_standard_gumbel():
     sample = torch.cat([gumbel(0, s, 16, 259).flatten() for s in range(20)])
     assert abs(sample.mean().item() - 0.5772) < 0.02  # Euler-Mascheroni
     assert abs(sample.var().item() - torch.pi**2 / 6) < 0.05
+
+
+BOUNDARY = [0, 1, 2**63 - 1, 2**63, 2**63 + 1, 2**64 - 2, 2**64 - 1]
+
+
+def test_distinct_keys_are_distinct_samples_over_the_whole_range(recwarn):
+    """Seeds and steps at or above 2**63 once went through float64 (2**64-1 drew seed 0's noise)."""
+    by_seed = {seed: gumbel(seed, 0, 2, 8) for seed in BOUNDARY}
+    by_step = {step: gumbel(0, step, 2, 8) for step in BOUNDARY}
+    for draws in (by_seed, by_step):
+        keys = list(draws)
+        for i, a in enumerate(keys):
+            for b in keys[i + 1:]:
+                assert not torch.equal(draws[a], draws[b]), (a, b)
+    assert not torch.equal(gumbel(2**64 - 1, 2**63, 2, 8), gumbel(2**63, 2**64 - 1, 2, 8))
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+# gumbel(seed, step, 2, 3) as drawn before the key became a uint64 array (float.hex, row-major)
+PINNED = {
+    (0, 0): ["-0x1.7ed5eab479370p+0", "-0x1.67907d1f18d9cp-2", "-0x1.92625fbf453bep-1",
+             "0x1.1e0ab5d2468edp-1", "0x1.7e58f99b78e3cp-2", "-0x1.fc0de49349318p-3"],
+    (7, 3): ["0x1.42e731b439705p-2", "0x1.217bc2a928fefp+0", "-0x1.18726582f9905p+0",
+             "-0x1.2119c037066a5p-3", "0x1.e94ae28f80395p-1", "-0x1.f644b2c8c5c0ap-2"],
+    (2**63 - 1, 5): ["0x1.778d25022bb34p+0", "0x1.137e1f68f61abp+0", "0x1.788fd621de3bcp+0",
+                     "-0x1.5c517bcc8c336p-4", "0x1.fa77a61540d21p+0", "-0x1.8a3e3a39c6f09p-2"],
+    (0, 2**63 - 1): ["0x1.b1962b4d7dbfdp-3", "-0x1.3c4791d76c8d3p-2", "0x1.0010164ea173dp+0",
+                     "0x1.bee1b12c5afcfp-5", "0x1.904e971094d9cp+0", "0x1.8c4dc80876c3dp-1"],
+}
+
+
+def test_noise_below_2_63_is_bit_identical_to_before():
+    for (seed, step), values in PINNED.items():
+        assert [float(x).hex() for x in gumbel(seed, step, 2, 3).flatten()] == values
