@@ -40,7 +40,8 @@ PROPOSERS: dict[str, Family] = {
     "oracle-order": Family("ceiling", lambda arg, target, plain: OracleProposer(plain.steps, stale_tokens=True)),
     "confidence": Family("baseline", lambda arg, target, plain: ConfidenceProposer()),
     "confidence-branch": Family("baseline", lambda arg, target, plain: ConfidenceProposer(branch=True)),
-    "spot": Family("learned", lambda arg, target, plain: SpotProposer(spot_net(spot_folder(arg))), True),
+    "spot": Family("learned", lambda arg, target, plain: SpotProposer(spot_net(spot_folder(arg), device_of(target))),
+                   True),
 }
 
 
@@ -90,6 +91,11 @@ def spot_folder(argument: str | None) -> Path:
 
 
 @functools.cache
-def spot_net(folder: Path) -> SpotNet:
-    """A SPOT checkpoint, loaded once per process (a worker decodes many prompts with it)."""
-    return load_spot(folder)
+def spot_net(folder: Path, device: str = "cpu") -> SpotNet:
+    """A SPOT checkpoint on the target's device, loaded once per process (a worker decodes many
+    prompts with it)."""
+    return load_spot(folder).to(device)
+
+
+def device_of(target: DLMTarget | None) -> str:
+    return "cpu" if target is None else str(target.device)

@@ -113,8 +113,8 @@ class Rule:
     ) -> tuple[Transition, StepRecord | None]:
         """The transition and, with `record`, how close its decision was (the reference keeps this)."""
         masked, tokens, confidence, scores = self._score(logits, state, noise, temperature)
-        chosen = self._select(confidence)
-        transition = Transition(tuple(masked[chosen].tolist()), tuple(tokens[chosen].tolist()))
+        chosen = self._select(confidence).cpu()  # the logits may live on a GPU, the state on the CPU
+        transition = Transition(tuple(masked[chosen].tolist()), tuple(tokens.cpu()[chosen].tolist()))
         return transition, self._record(confidence, scores, temperature) if record else None
 
     def _score(
@@ -123,7 +123,7 @@ class Rule:
         masked = (state == self.mask_id).nonzero().squeeze(1)
         if masked.numel() == 0:
             raise ValueError("a commit rule needs at least one masked position")
-        x = logits[masked].double()
+        x = logits[masked.to(logits.device)].double()
         scores = candidate_scores(x, None if noise is None else noise[masked.cpu()], temperature)
         tempered = x / temperature if temperature > 0 else x
         tokens = greedy_tokens(scores, self.mask_id)

@@ -104,10 +104,10 @@ def count_stale_hits(metrics: Metrics, stale: Tensor, committed: list[Transition
     how many equal the stale view's greedy token at their position (mask excluded, as in the rules).
     Under plain decoding the stale view is the previous pass over the block; the first pass of a
     block has one only on full-attention targets (the `following` logits)."""
-    greedy = greedy_tokens(stale, mask_id)
+    greedy = greedy_tokens(stale, mask_id).tolist()
     for transition in committed:
         metrics.stale_commits += len(transition.positions)
-        metrics.stale_hits += sum(int(greedy[p]) == t for p, t in zip(transition.positions, transition.tokens))
+        metrics.stale_hits += sum(greedy[p] == t for p, t in zip(transition.positions, transition.tokens))
 
 
 class NoDraft:

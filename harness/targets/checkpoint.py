@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from harness.errors import UserError
+from harness.targets.devices import check_fits
 from harness.targets.families import family as family_spec
 from harness.targets.formats import FORMATS, CheckpointFormat, ConfigReader, TensorMap, detect_format
 from harness.targets.model import DLMTransformer, ModelConfig
@@ -40,8 +42,11 @@ IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 """Non-persistent buffers that some older exports still contain; they carry no weights."""
 
 
-def load_checkpoint(folder: str | Path, dtype: torch.dtype = torch.float32) -> DLMTarget:
-    """Read a checkpoint folder into a `DLMTarget` with weights in `dtype`."""
+def load_checkpoint(folder: str | Path, dtype: torch.dtype = torch.float32,
+                    device: torch.device | str = "cpu") -> DLMTarget:
+    """Read a checkpoint folder into a `DLMTarget` with weights in `dtype` on `device`. The model is
+    built on the meta device and every tensor is read from its shard straight onto `device`, so an 8B
+    checkpoint never needs a second full copy in host memory."""
     folder = Path(folder)
     raw = _read_json(folder / CONFIG, what="not a checkpoint folder")
     fmt = detect_format(raw, folder / CONFIG)
@@ -52,7 +57,8 @@ def load_checkpoint(folder: str | Path, dtype: torch.dtype = torch.float32) -> D
     with torch.device("meta"):
         model = DLMTransformer(cfg)
     shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    state = _read_weights(folder, fmt.tensor_map(cfg), shapes, dtype, cfg.tie_embeddings)
+    check_fits(sum(math.prod(shape) for shape in shapes.values()), dtype, torch.device(device), str(folder))
+    state = _read_weights(folder, fmt.tensor_map(cfg), shapes, dtype, cfg.tie_embeddings, torch.device(device))
     if cfg.tie_embeddings:
         state["lm_head.weight"] = state["embed_tokens.weight"]
     model.load_state_dict(state, strict=True, assign=True)
@@ -167,6 +173,7 @@ def _read_weights(
     shapes: dict[str, tuple[int, ...]],
     dtype: torch.dtype,
     tied: bool,
+    device: torch.device,
 ) -> dict[str, Tensor]:
     located, listing = _weight_files(folder)
     present = {n for n in located if not n.endswith(IGNORED_SUFFIXES)}
@@ -186,7 +193,7 @@ def _read_weights(
     state: dict[str, Tensor] = {}
     for path, published in by_file.items():
         try:
-            with safe_open(str(path), framework="pt") as handle:
+            with safe_open(str(path), framework="pt", device=str(device)) as handle:
                 for name in published:
                     state |= _split(handle.get_tensor(name), name, names[name], shapes, path, dtype)
         except SafetensorError as error:

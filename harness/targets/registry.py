@@ -10,20 +10,25 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.targets.checkpoint import load_checkpoint
+from harness.targets.devices import resolve_device, resolve_dtype
 from harness.targets.target import DLMTarget
 from harness.targets.tiny import parse_tiny_name, tiny_random_target
 from harness.targets.zoo import model_dir, zoo_names
 
 
-def load_target(name: str) -> DLMTarget:
+def load_target(name: str, device: str = "cpu", dtype: str = "float32") -> DLMTarget:
+    """`device` and `dtype` as the flags spell them (`auto` allowed; `harness.targets.devices`).
+    Checkpoint weights go straight to the device, tensor by tensor, without a full copy on the host."""
+    where = resolve_device(device)
+    precision = resolve_dtype(dtype, where)
     if name in zoo_names():
-        target = load_checkpoint(model_dir(name))
+        target = load_checkpoint(model_dir(name), precision, where)
         target.name = name
         return target
     if name.startswith("tiny-random"):
-        return tiny_random_target(*parse_tiny_name(name))
+        return tiny_random_target(*parse_tiny_name(name)).to(where, precision)
     if Path(name).exists():
-        return load_checkpoint(name)
+        return load_checkpoint(name, precision, where)
     raise UserError(
         f"unknown target {name!r}; use a zoo model ({', '.join(zoo_names()) or 'none built'}), "
         "tiny-random:<family>[:seed] or an existing checkpoint folder"

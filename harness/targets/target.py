@@ -20,6 +20,7 @@ as `BlockLogits.following`, which become the proposer's first stale view of that
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,14 +71,31 @@ class DLMTarget:
     def dtype(self) -> torch.dtype:
         return self.model.embed_tokens.weight.dtype
 
+    @property
+    def device(self) -> torch.device:
+        return self.model.embed_tokens.weight.device
+
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> DLMTarget:
+        """The same target with its weights on `device` (and in `dtype`), in place."""
+        self.model.to(device=device, dtype=dtype)
+        return self
+
     def exact(self) -> DLMTarget:
-        """Exactness mode (DESIGN.md section 3): float64 weights and row-by-row evaluation."""
+        """Exactness mode (DESIGN.md section 3): float64 weights and row-by-row evaluation, on the same
+        device. Row by row, every verification row runs the kernels of a one-row plain pass, so its
+        logits equal the plain pass's bitwise. On a GPU the kernels must also be deterministic (no
+        split-K reductions that depend on scheduling): cuBLAS gets a fixed workspace and torch its
+        deterministic algorithms; float64 attention runs on the math backend."""
+        if self.device.type == "cuda":
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True)
         model = copy.deepcopy(self.model).to(torch.float64)
         return DLMTarget(model, self.family, self.mask_id, self.eos_id, self.tokenizer,
                          self.name, rowwise=True)
 
     def start(self, prompt_ids: list[int] | Tensor, gen_length: int, block_length: int) -> TargetSession:
-        return TargetSession(self, torch.as_tensor(prompt_ids, dtype=torch.long), gen_length, block_length)
+        prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=self.device)
+        return TargetSession(self, prompt, gen_length, block_length)
 
 
 class TargetSession:
@@ -117,7 +135,7 @@ class TargetSession:
         self.nfe += 1
         self.rows += states.shape[0]
         with torch.inference_mode():
-            return self._evaluate(states)
+            return self._evaluate(states.to(self.prompt.device))
 
     def _evaluate(self, states: Tensor) -> BlockLogits:
         evaluate = self._block_causal if self.target.family.attention == "block_causal" else self._full
@@ -134,14 +152,15 @@ class TargetSession:
         """Record the committed tokens of the current block and move to the next one."""
         if (final_state == self.target.mask_id).any():
             raise ValueError("a block can only be finished once every position is committed")
+        final_state = final_state.to(self.prompt.device)
         self.finished.append(final_state.clone())
         if self.target.family.caches_finished_blocks:
             self._pending = torch.cat([self._pending, final_state])
         self.block_index += 1
 
     def answer(self) -> Tensor:
-        """The committed answer tokens so far (finished blocks only)."""
-        return torch.cat(self.finished) if self.finished else self.prompt[:0]
+        """The committed answer tokens so far (finished blocks only), on the CPU."""
+        return (torch.cat(self.finished) if self.finished else self.prompt[:0]).cpu()
 
     def _full(self, states: Tensor) -> BlockLogits:
         rows, size = states.shape
@@ -152,11 +171,11 @@ class TargetSession:
             [
                 prefix.expand(rows, -1),
                 states,
-                torch.full((rows, future), mask_id, dtype=torch.long),
+                torch.full((rows, future), mask_id, dtype=torch.long, device=states.device),
             ],
             dim=1,
         )
-        positions = torch.arange(tokens.shape[1])
+        positions = torch.arange(tokens.shape[1], device=states.device)
         logits, _ = self.target.model(tokens, positions, attend=None)
         start = self.block_start - (1 if self.target.family.shifted_logits else 0)
         current = logits[:, start : start + size]
@@ -168,7 +187,7 @@ class TargetSession:
         pending = self._pending
         tokens = torch.cat([pending.expand(rows, -1), states], dim=1)
         total = self._cache_len + tokens.shape[1]
-        positions = torch.arange(self._cache_len, total)
+        positions = torch.arange(self._cache_len, total, device=states.device)
         block_ids = self._block_ids(total)
         attend = block_ids[None, :] <= block_ids[positions][:, None]
         logits, new_kv = self.target.model(tokens, positions, attend, self._cache)
@@ -186,7 +205,7 @@ class TargetSession:
         return BlockLogits(logits[:, -size:], None)
 
     def _block_ids(self, total: int) -> Tensor:
-        positions = torch.arange(total)
+        positions = torch.arange(total, device=self.prompt.device)
         prompt_len = self.prompt.numel()
         answer_block = self._prompt_chunks + (positions - prompt_len) // self.block_length
         return torch.where(positions < prompt_len, positions // self.block_length, answer_block)
