@@ -1,0 +1,100 @@
+"""Choosing the draft budget by measured latency, not by passes saved.
+
+A larger tree saves passes but makes each pass evaluate more rows, and what a row costs depends on the
+hardware: on a GPU a pass of 16 rows costs about what a pass of one does, on a CPU it costs several
+times more. So the budget that saves the most time is a property of (target, device, dtype,
+proposer), and it is measured, not assumed:
+
+1. `measure_pass_cost`: the target's pass time as a function of tree rows, on this worker (the median
+   of a few timed passes at each row count, over a real prompt's cached prefix).
+2. `predict`: for each candidate budget, the passes, rows and proposer time the proposer needs on
+   calibration prompts (train split), from `replay` of their recorded plain generations, which is
+   exact and costs no target pass; the predicted wall time is passes x cost(rows per pass) plus the
+   proposer's time plus the engine's per-commit time (measured on the plain generations, the same
+   for every arm).
+3. `choose_budget`: the budget with the smallest predicted time, i.e. the most committed tokens per
+   second; its predicted speedup_wall goes into the results beside the measured one.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from harness.decoding import DecodeConfig, Generation, Proposer
+from harness.decoding.generation import synchronize
+from harness.decoding.replay import replay
+from harness.targets.target import DLMTarget
+
+CANDIDATES = tuple(range(1, 17))
+"""Budgets `auto` chooses from."""
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    rows: tuple[int, ...]
+    seconds: tuple[float, ...]
+    """Median pass time with that many rows."""
+
+    def at(self, rows: float) -> float:
+        """Pass time for `rows` rows, linear between measured points (and beyond the last two)."""
+        xs, ys = self.rows, self.seconds
+        if len(xs) == 1:
+            return ys[0]
+        i = max(1, min(len(xs) - 1, next((k for k, x in enumerate(xs) if x >= rows), len(xs) - 1)))
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return y0 + (y1 - y0) * (rows - x0) / (x1 - x0)
+
+
+def measure_pass_cost(target: DLMTarget, prompt_ids: Sequence[int], config: DecodeConfig,
+                      rows: Sequence[int] = (1, 2, 3, 5, 9, 17), repeats: int = 5) -> CostCurve:
+    """The pass time with each number of rows, over the prompt's prefix with the first block masked
+    (after one untimed pass, which for block-causal targets also stores the prompt's cache)."""
+    session = target.start(list(prompt_ids), config.gen_length, config.block_length)
+    state = torch.full((1, config.block_length), target.mask_id, dtype=torch.long)
+    session.forward(state)
+    medians = []
+    for count in rows:
+        times = []
+        for _ in range(repeats):
+            before = time.perf_counter()
+            synchronize(session.forward(state.expand(count, -1)).current)
+            times.append(time.perf_counter() - before)
+        medians.append(statistics.median(times))
+    return CostCurve(tuple(rows), tuple(medians))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    budget: int
+    seconds: float
+    """Predicted wall time over the calibration prompts."""
+    speedup_wall: float
+    """Predicted plain time / `seconds`."""
+    speedup_nfe: float
+
+
+def predict(plains: Sequence[tuple[Generation, DecodeConfig]], make_proposer: Callable[[Generation], Proposer],
+            cost: CostCurve, budgets: Sequence[int] = CANDIDATES) -> list[Prediction]:
+    """Each budget's predicted time on the calibration generations (recorded with keep_logits)."""
+    engine_per_commit = sum(p.metrics.other_s for p, _ in plains) / sum(p.metrics.commits for p, _ in plains)
+    commits = sum(p.metrics.commits for p, _ in plains)
+    plain_nfe = sum(p.metrics.nfe for p, _ in plains)
+    plain_seconds = plain_nfe * cost.at(1) + commits * engine_per_commit
+    predictions = []
+    for budget in budgets:
+        runs = [replay(plain, make_proposer(plain), config, budget) for plain, config in plains]
+        nfe = sum(r.metrics.nfe for r in runs)
+        rows = sum(r.metrics.rows for r in runs)
+        seconds = nfe * cost.at(rows / nfe) + sum(r.metrics.proposer_s for r in runs) + commits * engine_per_commit
+        predictions.append(Prediction(budget, seconds, plain_seconds / seconds, plain_nfe / nfe))
+    return predictions
+
+
+def choose_budget(predictions: Sequence[Prediction]) -> Prediction:
+    """The fastest budget (the smallest one among equally fast)."""
+    return min(predictions, key=lambda p: (p.seconds, p.budget))

@@ -1,0 +1,50 @@
+"""Budget by measured latency: the cost curve interpolates, and the choice follows the hardware's
+cost of a row (synthetic curves here, so the test does not depend on this machine's speed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.budget import CostCurve, choose_budget, measure_pass_cost, predict
+from harness.decoding import DecodeConfig, parse_rule, plain_decode
+from harness.targets.registry import load_target
+from proposers import build_proposer
+
+PROMPTS = [list(b"Q: 2+2=?\nA:"), list(b"Q: 7*6=?\nA:")]
+
+
+def test_the_cost_curve_interpolates_and_extrapolates_linearly() -> None:
+    curve = CostCurve((1, 3, 5), (1.0, 2.0, 4.0))
+    assert [curve.at(r) for r in (1, 2, 3, 4, 5, 7)] == [1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+    assert curve.at(0) == 0.5 and CostCurve((1,), (2.0,)).at(9) == 2.0
+
+
+def test_a_measured_curve_has_one_positive_time_per_row_count() -> None:
+    target = load_target("tiny-random:sdar")
+    config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8)
+    curve = measure_pass_cost(target, PROMPTS[0], config, rows=(1, 4), repeats=2)
+    assert curve.rows == (1, 4) and all(s > 0 for s in curve.seconds)
+
+
+@pytest.fixture(scope="module")
+def plains():
+    target = load_target("tiny-random:llada")
+    config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, 1.0, 2)
+    return target, [(plain_decode(target, p, config, keep_logits=True), config) for p in PROMPTS]
+
+
+def test_where_rows_are_free_the_budget_that_saves_most_passes_wins(plains) -> None:
+    target, generations = plains
+    flat = CostCurve((1, 17), (1.0, 1.0))  # a GPU-like pass: rows cost nothing extra
+    predictions = predict(generations, lambda plain: build_proposer("oracle", target, plain), flat)
+    best = choose_budget(predictions)
+    assert best.speedup_nfe == max(p.speedup_nfe for p in predictions) > 2
+    assert best.speedup_wall == pytest.approx(best.speedup_nfe, rel=0.01)
+
+
+def test_where_rows_cost_more_than_they_save_the_smallest_budget_wins(plains) -> None:
+    target, generations = plains
+    steep = CostCurve((1, 17), (1.0, 40.0))  # a row costs more than a whole pass saves
+    predictions = predict(generations, lambda plain: build_proposer("oracle", target, plain), steep)
+    assert choose_budget(predictions).budget == 1 and choose_budget(predictions).speedup_wall < 1
+    assert [p.budget for p in predictions] == list(range(1, 17))
