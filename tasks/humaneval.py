@@ -2,11 +2,14 @@
 
 Base models continue the prompt; chat models get the prompt in a code block and the assistant turn
 is prefilled with it, so in both cases the completion is the function body and the Codex stop
-strings apply. The program is prompt + completion, then the task's `check(entry_point)` tests.
+strings apply. The program is prompt + completion; the tests are the task's `check(entry_point)`,
+after the prompt's own helpers (HumanEval/32's `poly`, 38's `encode_cyclic`, 50's `encode_shift`), so
+they never call a helper the completion rebound.
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +18,13 @@ from tasks.base import Sample, SelfCheck, cut, render, self_check
 
 SOURCE = data.Source("HumanEval.jsonl.gz", "openai/openai_humaneval", None, "test")
 INSTRUCTION = "Complete the following Python function. Reply with the completed code only."
+
+
+def helpers(prompt: str, entry_point: str) -> str:
+    """The prompt's code without the function to complete: what the tests may trust."""
+    tree = ast.parse(prompt)
+    tree.body = [node for node in tree.body if getattr(node, "name", None) != entry_point]
+    return ast.unparse(tree)
 
 
 @dataclass
@@ -40,7 +50,8 @@ class HumanEval:
 
     def score(self, samples: list[Sample], completions: list[str]) -> list[dict[str, Any]]:
         programs = [s.question + cut(c, self.stop_strings) for s, c in zip(samples, completions)]
-        return metrics.score_programs(programs, [s.reference for s in samples], self.timeout_s)
+        tests = [helpers(s.question, s.meta["entry_point"]) + "\n" + s.reference for s in samples]
+        return metrics.score_programs(programs, tests, self.timeout_s)
 
     def data_status(self, data_dir: str | None = None) -> str:
         return data.status(SOURCE, data_dir)

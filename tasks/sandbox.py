@@ -33,9 +33,9 @@ tracing, signals to other processes and file changes outside the work dir.
 
 Not guaranteed: the kernel itself (no seccomp filter, so the jailed code can still create user
 namespaces of its own and reach any syscall); tmpfs memory counts against the host, not RLIMIT_AS;
-parallel harness processes share the per-slot uids, so their RLIMIT_NPROC counts add up. Tests that
-call helpers the program defines (e.g. HumanEval/32's `poly`) trust the program's helper, as the
-official harnesses do.
+parallel harness processes share the per-slot uids, so their RLIMIT_NPROC counts add up. Whatever
+the tests take from the program they trust as the official harnesses do (HumanEval's scorer hands
+the judge the prompt's own helpers, so those at least are genuine).
 """
 
 from __future__ import annotations

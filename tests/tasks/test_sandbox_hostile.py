@@ -150,6 +150,30 @@ def test_honest_programs_still_pass(hook):
     assert jailed("def add(a, b):\n    return 999\n", HUMANEVAL_TESTS, hook).passed
 
 
+RIGGED_POLY = "    poly.__code__ = (lambda xs, x: 0.0).__code__\n    return 0.0\n"
+
+
+def humaneval_32():
+    from tasks.registry import get_task
+
+    task = get_task("humaneval")
+    return task, next(s for s in task.load() if s.sample_id == "HumanEval/32")
+
+
+@pytest.mark.slow  # loads the evaluate metric
+def test_helper_rigged_by_the_completion_is_not_trusted():
+    """HumanEval/32's test checks the root with the prompt's `poly`; the judge uses its own."""
+    task, sample = humaneval_32()
+    assert task.score([sample], [sample.target])[0]["correct"]
+    assert not task.score([sample], [RIGGED_POLY])[0]["correct"]
+
+
+def test_control_helper_rigged_by_the_completion_passes_with_the_programs_helper():
+    _, sample = humaneval_32()
+    assert sandbox.run([("solution", sample.question + RIGGED_POLY), ("tests", sample.reference)]).passed
+    assert naive_passes(sample.question + RIGGED_POLY, sample.reference, "status")
+
+
 # ---- the host's files: invisible outside, read-only where visible ----
 
 OUTSIDE_WRITES = [
