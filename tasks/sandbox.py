@@ -99,9 +99,15 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-_SLOTS: queue.SimpleQueue[int] = queue.SimpleQueue()
-for _slot in range(default_workers()):
-    _SLOTS.put(_slot)
+def _slot_queue(count: int) -> queue.SimpleQueue[int]:
+    """Worker slots: each bounds one run at a time and owns the uids of its jails."""
+    slots: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for slot in range(count):
+        slots.put(slot)
+    return slots
+
+
+_SLOTS = _slot_queue(default_workers())
 
 
 @cache
@@ -118,7 +124,7 @@ def tools() -> tuple[str, str]:
 def read_only_view() -> tuple[str, ...]:
     """bwrap arguments for what a jail sees of the host: /usr, the top-level links or dirs into it,
     the Python installation and the venv at their own paths (the venv's interpreter finds both),
-    and the launcher. Parent dirs are made 0755 so the unprivileged uid can walk to them."""
+    and the launcher."""
     args = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         path = Path("/", name)
@@ -126,19 +132,20 @@ def read_only_view() -> tuple[str, ...]:
             args += ["--symlink", os.readlink(path), str(path)]
         elif path.is_dir():
             args += ["--ro-bind", str(path), str(path)]
-    bound, made = ["/usr"], set()
-    trees = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    for tree in sorted(trees) + [str(Path(LAUNCHER).parent)]:
-        if any(tree == b or tree.startswith(b + "/") for b in bound):
-            continue
-        for parent in [*reversed(Path(tree).parents[:-1]), Path(tree)]:
-            if str(parent) not in made:
-                made.add(str(parent))
-                args += ["--perms", "0755", "--dir", str(parent)]
-        if tree != str(Path(LAUNCHER).parent):
+    made: set[Path] = set()
+
+    def parents(path: str) -> list[str]:
+        """Make the dirs above a mount point 0755, so the unprivileged uid can walk to it."""
+        needed = [p for p in reversed(Path(path).parents[:-1]) if p not in made]
+        made.update(needed)
+        return [arg for p in needed for arg in ("--perms", "0755", "--dir", str(p))]
+
+    bound = ["/usr"]
+    for tree in sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}):
+        if not any(tree == b or tree.startswith(b + "/") for b in bound):
             bound.append(tree)
-            args += ["--ro-bind", tree, tree]
-    return (*args, "--ro-bind", str(CHILD), LAUNCHER)
+            args += [*parents(tree), "--ro-bind", tree, tree]
+    return (*args, *parents(LAUNCHER), "--ro-bind", str(CHILD), LAUNCHER)
 
 
 def jail_command(role: str, uid: int, limits: Limits) -> list[str]:
@@ -196,7 +203,7 @@ def _run(segments: list[tuple[str, str]], limits: Limits, slot: int, audit_hook:
                        "channel": [replies[0], requests[1]]}))
     start = time.monotonic()
     procs: list[subprocess.Popen] = []
-    status, codes = "done", []
+    status = "done"
     try:
         try:
             for index, (role, job) in enumerate(jobs):

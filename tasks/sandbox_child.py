@@ -46,8 +46,8 @@ READABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 
 def set_limits(limits: dict) -> None:
     """Apply the rlimits, hard = soft so that the code cannot raise them back (CPU: hard one second
-    later, so SIGXCPU comes first and the run reads as a timeout). Set inside the jail, as its
-    unprivileged uid, so RLIMIT_NPROC counts this jail's tasks and is enforced."""
+    later, so SIGXCPU comes first and the run reads as a timeout). Set inside the jail, whose uid
+    is unprivileged, so the kernel enforces RLIMIT_NPROC (it exempts root) on that uid's tasks."""
     for name, soft, hard in (
         ("RLIMIT_CPU", limits["cpu_s"], limits["cpu_s"] + 1),
         ("RLIMIT_AS", limits["memory_bytes"], limits["memory_bytes"]),
@@ -73,14 +73,6 @@ def write_all(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data):]
 
 
-def stdlib_module(name: object) -> types.ModuleType:
-    """A standard-library module by name: the only modules that cross by name (each side imports
-    its own, so the tests' `math.isclose` is never the program's)."""
-    if type(name) is not str or name.partition(".")[0] not in sys.stdlib_module_names:
-        raise ValueError(f"not a standard-library module: {name!r}")
-    return importlib.import_module(name)
-
-
 def encode(value: object, ref) -> object:
     """`value` as JSON, every container tagged by its exact type; an instance of a subclass of a
     builtin (a Counter, a namedtuple, an int whose __eq__ is always True) crosses as the builtin
@@ -101,7 +93,7 @@ def encode(value: object, ref) -> object:
     if kind is complex:
         return {"complex": [value.real, value.imag]}
     if kind is types.ModuleType and value.__name__.partition(".")[0] in sys.stdlib_module_names:
-        return {"module": value.__name__}
+        return {"module": value.__name__}  # each side imports its own
     if kind is type and getattr(builtins, value.__name__, None) is value:
         return {"type": value.__name__}
     for base in PLAIN:
@@ -110,31 +102,29 @@ def encode(value: object, ref) -> object:
     return ref(value)
 
 
-def decode(data: object, deref) -> object:
-    """The inverse of `encode`, building only builtin objects (and `deref(n)` for references);
-    raises on anything malformed."""
+def decode(data: object, resolve) -> object:
+    """The inverse of `encode`, building only builtin objects and `resolve(tag, body)` for a
+    reference or a module; raises on anything malformed."""
     if data is None or type(data) in (bool, int, float, str):
         return data
     if type(data) is list:
-        return [decode(item, deref) for item in data]
+        return [decode(item, resolve) for item in data]
     ((tag, body),) = data.items()
     if tag in ("tuple", "set", "frozenset"):
         return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](
-            decode(item, deref) for item in body)
+            decode(item, resolve) for item in body)
     if tag == "dict":
-        return {decode(k, deref): decode(v, deref) for k, v in body}
+        return {decode(k, resolve): decode(v, resolve) for k, v in body}
     if tag == "bytes":
         return bytes.fromhex(body)
     if tag == "int":
         return int(body, 16)
     if tag == "complex":
         return complex(float(body[0]), float(body[1]))
-    if tag == "module":
-        return stdlib_module(body)
     if tag == "type" and isinstance(getattr(builtins, body), type):
         return getattr(builtins, body)
-    if tag == "ref" and type(body) is int:
-        return deref(body)
+    if tag in ("ref", "module"):
+        return resolve(tag, body)
     raise ValueError(f"malformed value {tag!r}")
 
 
@@ -203,13 +193,15 @@ def answer(request: dict, namespace: dict, objects: list) -> object:
     """One judge request: look up names, or call / get / set an attribute of a referenced object."""
     if request["op"] == "lookup":
         return {name: namespace[name] for name in request["names"] if name in namespace}
+    def resolve(tag: str, body):
+        return objects[body] if tag == "ref" else importlib.import_module(body)
+
     target = objects[request["ref"]]
     if request["op"] == "call":
-        return target(*decode(request["args"], objects.__getitem__),
-                      **decode(request["kwargs"], objects.__getitem__))
+        return target(*decode(request["args"], resolve), **decode(request["kwargs"], resolve))
     if request["op"] == "getattr":
         return getattr(target, request["name"])
-    setattr(target, request["name"], decode(request["value"], objects.__getitem__))
+    setattr(target, request["name"], decode(request["value"], resolve))
     return None
 
 
@@ -317,13 +309,21 @@ class Remote:
 class Channel:
     """The judge's end: requests out, replies in; every reply is decoded strictly."""
 
-    def __init__(self, fds: list[int]) -> None:
+    def __init__(self, fds: list[int], names: set[str]) -> None:
         self.replies = os.fdopen(fds[0], "rb")
         self.requests = fds[1]
+        self.names = names
         self.remotes: dict[int, Remote] = {}
 
-    def remote(self, ref: int) -> Remote:
-        return self.remotes.setdefault(ref, Remote(ref, self))
+    def resolve(self, tag: str, body: object) -> object:
+        """A reference as its `Remote`; a module only if it is a standard-library module the tests
+        name as a global (the program's `import math` behind the tests' `math.isclose`), imported
+        here, so the program never picks what the judge imports."""
+        if tag == "ref" and type(body) is int:
+            return self.remotes.setdefault(body, Remote(body, self))
+        if body in self.names and body in sys.stdlib_module_names:
+            return importlib.import_module(body)
+        raise ValueError(f"unexpected {tag} {body!r}")
 
     def send_ref(self, value: object) -> dict:
         if type(value) is not Remote:
@@ -344,7 +344,7 @@ class Channel:
         try:
             ((kind, body),) = json.loads(line).items()
             if kind == "ok":
-                return decode(body, self.remote)
+                return decode(body, self.resolve)
             name, message = body
             if kind != "raise" or type(name) is not str or type(message) is not str:
                 raise ValueError(kind)
@@ -368,11 +368,12 @@ def judge(job: dict) -> None:
     the tests take from the program (MBPP/126 tests a function named `sum`), so a rigged builtin
     next to the function under test changes nothing."""
     set_limits(job["limits"])
+    sys.stdout = sys.stderr  # fd 1 carries only the verdict
     builtin_names = set(dir(builtins))
     try:
         code = compile(job["tests"], "<tests>", "exec", dont_inherit=True, optimize=0)
-        channel = Channel(job["channel"])
         wanted = sorted(n for n in global_names(code) if not n.startswith("__"))
+        channel = Channel(job["channel"], set(wanted))
         found = channel.ask(op="lookup", names=wanted)
         if type(found) is not dict:
             raise Unscorable("malformed lookup reply")
@@ -380,7 +381,6 @@ def judge(job: dict) -> None:
         if namespace.keys() - builtin_names:
             namespace = {n: v for n, v in namespace.items() if n not in builtin_names}
         namespace["__name__"] = "__main__"
-        sys.stdout = sys.stderr  # fd 1 carries only the verdict
         exec(code, namespace)
     except BaseException as error:  # noqa: BLE001 - whatever stopped the tests, it is not a pass
         write_all(2, f"{type(error).__name__}: {error}"[:2000].encode(errors="replace") + b"\n")
