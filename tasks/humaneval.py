@@ -3,8 +3,8 @@
 Base models continue the prompt; chat models get the prompt in a code block and the assistant turn
 is prefilled with it, so in both cases the completion is the function body and the Codex stop
 strings apply. The program is prompt + completion; the tests are the task's `check(entry_point)`,
-after the prompt's own helpers (HumanEval/32's `poly`, 38's `encode_cyclic`, 50's `encode_shift`), so
-they never call a helper the completion rebound.
+after the prompt's own helpers (HumanEval/32's `poly`, 38's `encode_cyclic`, 50's
+`encode_shift`), so they never call a helper the completion rigged.
 """
 
 from __future__ import annotations

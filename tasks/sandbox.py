@@ -2,27 +2,32 @@
 
 A run is the program (every segment but the last: model-written, untrusted) and its tests (the last
 segment: trusted dataset code). They run as two processes, each in its own jail (`sandbox_child.py`
-is the launcher of both): the program executes the code, then answers requests; the judge runs the
-tests, and whatever they take from the program (the function under test, a class, a constant)
-reaches them only as plain data decoded into genuine builtin objects, or as a stand-in whose calls
-and attribute reads go back to the program. Comparisons, builtins and asserts all run in the judge,
-which the program cannot see, signal or write to. A run passes only if the judge writes `pass` on
-its own stdout and exits 0; nothing the program prints or exits with counts.
+is the launcher of both). The program executes its code, then answers requests. The judge runs the
+tests; what they take from the program (the function under test, a class, a constant) reaches them
+as plain data decoded into genuine builtin objects (an instance of a builtin's subclass, e.g. a
+Counter, as the builtin value it holds), or else as a stand-in that can be called, have attributes
+read and set, and be passed back, but equals only itself and has no truth value. Comparisons,
+builtins and asserts therefore all run on genuine objects in the judge, which the program cannot
+see, signal or write to; builtin names (`abs`) are the judge's own unless they are all the tests
+take from the program (MBPP/126 tests a function named `sum`). A run passes only if the judge writes
+`pass` on its own stdout and exits 0; nothing the program prints, returns or exits with decides it.
 
-Guaranteed by the kernel, through bubblewrap (`bwrap`, Debian package `bubblewrap`; required):
+Guaranteed by the kernel, through bubblewrap (`bwrap`, Debian package `bubblewrap`; required, there
+is no unjailed fallback):
 - an unprivileged uid: a root harness runs bwrap privileged and `setpriv` drops to a uid of its own
-  per worker slot (no capabilities, empty bounding set, no_new_privs); a non-root harness uses an
-  unprivileged user namespace (uid 65534, no further user namespaces);
+  per worker slot and role (no capabilities, empty bounding set, no_new_privs); a non-root harness
+  gets an unprivileged user namespace (uid 65534, no nested user namespaces);
 - the file system: read-only binds of /usr (and the /bin, /lib links into it), the Python
-  installation and its venv, and the launcher; a private tmpfs work dir (`Limits.disk_bytes`) that
-  vanishes with the jail; fresh /proc (its own processes only) and a minimal /dev. Nothing else of
-  the host is visible, so files outside cannot be read, written, chmod-ed, utime-d or pinned with
-  attribute ioctls, whatever path, descriptor or dir_fd the code uses;
-- no network (own network namespace: a loopback that is down), own PID, IPC and UTS namespaces, a
+  installation, its venv and the launcher; a private tmpfs work dir (`Limits.disk_bytes`) that
+  vanishes with the jail; a fresh /proc (the jail's own processes) and a minimal /dev. Nothing else
+  of the host exists in the jail and the binds are read-only, so no path, descriptor or dir_fd lets
+  the code read the harness's files or environment, or write, chmod, utime or pin (immutable-flag
+  ioctl) anything that outlives the run;
+- no network (own network namespace: a loopback that is down); own PID, IPC and UTS namespaces; a
   new session (no terminal injection);
-- rlimits set inside the jail before any untrusted code is compiled: CPU time, address space, file
-  size, tasks (RLIMIT_NPROC, counted per uid), open files, no core dumps; a wall-clock deadline and
-  an output cap enforced here;
+- rlimits set inside the jail before the untrusted code is compiled: CPU time, address space, file
+  size, tasks (RLIMIT_NPROC, per uid), open files, no core dumps; plus a wall-clock deadline and an
+  output cap enforced here;
 - cleanup: killing a jail's bwrap ends its whole PID namespace, and `--die-with-parent` ends the
   jails when the harness thread that started them dies, SIGKILL included;
 - a clean environment: PATH, HOME/TMPDIR (the work dir), LANG and single-thread BLAS settings.
@@ -31,11 +36,13 @@ Guarded only by an audit hook inside the program (defence in depth; the jail hol
 the hostile tests check with `audit_hook=False`): refusing process creation, sockets, ctypes,
 tracing, signals to other processes and file changes outside the work dir.
 
-Not guaranteed: the kernel itself (no seccomp filter, so the jailed code can still create user
-namespaces of its own and reach any syscall); tmpfs memory counts against the host, not RLIMIT_AS;
-parallel harness processes share the per-slot uids, so their RLIMIT_NPROC counts add up. Whatever
-the tests take from the program they trust as the official harnesses do (HumanEval's scorer hands
-the judge the prompt's own helpers, so those at least are genuine).
+Not guaranteed: the kernel itself (no seccomp filter: the jailed code reaches every syscall, and
+under a root harness may create user namespaces of its own); tmpfs pages count against the host's
+memory, not RLIMIT_AS; parallel harness processes reuse the same per-slot uids, so their
+RLIMIT_NPROC counts add up. Names the tests take from the program are trusted as the official
+harnesses trust them (HumanEval's scorer gives the judge the prompt's own helpers, so a completion
+cannot rig `poly`). Tests that iterate or compare a non-plain object of the program fail here (no
+MBPP or HumanEval reference solution needs that).
 """
 
 from __future__ import annotations
@@ -141,7 +148,8 @@ def read_only_view() -> tuple[str, ...]:
         return [arg for p in needed for arg in ("--perms", "0755", "--dir", str(p))]
 
     bound = ["/usr"]
-    for tree in sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}):
+    python = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    for tree in sorted(python):
         if not any(tree == b or tree.startswith(b + "/") for b in bound):
             bound.append(tree)
             args += [*parents(tree), "--ro-bind", tree, tree]

@@ -231,13 +231,13 @@ def program(job: dict) -> None:
     root = os.path.realpath(os.getcwd())
     readable = tuple({os.path.realpath(p)
                       for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if p})
+    set_limits(job["limits"])
     try:
         codes = [compile(source, f"<{name}>", "exec", dont_inherit=True, optimize=0)
                  for name, source in job["segments"]]
     except SyntaxError as error:
         write(2, f"SyntaxError: {error}\n".encode(errors="replace"))
         exit_now(1)
-    set_limits(job["limits"])
     if job["audit_hook"]:
         disarm_subprocess()
         sys.addaudithook(make_audit_hook(root, readable))

@@ -57,7 +57,8 @@ def test_plain_values_cross_exactly(value):
 
 def test_builtin_subclasses_cross_as_their_builtin_value():
     program = ("import collections\ndef count(xs):\n    return collections.Counter(xs)\n"
-               "Point = collections.namedtuple('Point', 'x y')\ndef point():\n    return Point(1, 2)\n")
+               "Point = collections.namedtuple('Point', 'x y')\n"
+               "def point():\n    return Point(1, 2)\n")
     tests = ("assert count('abca') == {'a': 2, 'b': 1, 'c': 1}\nassert type(count('a')) is dict\n"
              "assert point() == (1, 2)\n")
     assert check(program, tests).passed
@@ -96,14 +97,16 @@ def test_stdlib_modules_of_the_program_are_imported_by_the_judge():
 
 
 def test_writing_inside_its_own_directory_is_allowed():
-    program = GOOD + "open('scratch.txt', 'w').write('ok')\nassert open('scratch.txt').read() == 'ok'\n"
+    program = GOOD + ("open('scratch.txt', 'w').write('ok')\n"
+                      "assert open('scratch.txt').read() == 'ok'\n")
     assert check(program).passed
 
 
 def test_the_jail_runs_unprivileged_alone_and_offline():
     program = GOOD + ("import os, socket\nstatus = open('/proc/self/status').read()\n"
                       "print(os.getuid(), os.getcwd())\nprint(sorted(os.listdir('/')))\n"
-                      "print('|'.join(l for l in status.splitlines() if l.startswith(('CapEff', 'CapBnd', 'NoNewPrivs'))))\n"
+                      "print('|'.join(line for line in status.splitlines()\n"
+                      "               if line.startswith(('CapEff', 'CapBnd', 'NoNewPrivs'))))\n"
                       "print(socket.if_nameindex())\n")
     outcome = sandbox.run([("solution", program), ("tests", TESTS)], FAST, audit_hook=False)
     assert outcome.passed, outcome.stderr
@@ -112,13 +115,14 @@ def test_the_jail_runs_unprivileged_alone_and_offline():
     assert int(uid) != 0 and cwd == sandbox.WORKDIR
     assert set(eval(root)) <= {"bin", "dev", "lib", "lib32", "lib64", "libx32", "proc", "root",
                                "sbin", "spotbench", "tmp", "usr", "work", "home", "opt"}
-    assert caps.split("|") == ["CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"]
+    assert caps.split("|") == ["CapEff:\t0000000000000000", "CapBnd:\t0000000000000000",
+                               "NoNewPrivs:\t1"]
     assert links == "[(1, 'lo')]"
 
 
 def test_run_many_keeps_order_and_bounds_parallelism():
-    programs = [[("solution", f"import time\ntime.sleep(0.4)\nX = {i}\n"), ("tests", "assert X != 2\n")]
-                for i in range(4)]
+    programs = [[("solution", f"import time\ntime.sleep(0.4)\nX = {i}\n"),
+                 ("tests", "assert X != 2\n")] for i in range(4)]
     start = time.monotonic()
     outcomes = sandbox.run_many(programs, FAST, workers=2)
     assert [o.passed for o in outcomes] == [True, True, False, True]
