@@ -20,10 +20,12 @@ COMMAND_MODULES = [
     "spotbench.commands.zoo",
     "spotbench.commands.diagnose",
     "spotbench.commands.train_proposer",
+    "spotbench.commands.calibrate_spiffy",
     "spotbench.commands.tasks_cmd",
     "spotbench.commands.run",
     "spotbench.commands.gate",
     "spotbench.commands.report",
+    "spotbench.commands.verify",
 ]
 
 
