@@ -25,7 +25,6 @@ COMMAND_MODULES = [
     "spotbench.commands.run",
     "spotbench.commands.gate",
     "spotbench.commands.report",
-    "spotbench.commands.verify",
 ]
 
 
