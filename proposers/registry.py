@@ -1,12 +1,16 @@
 """Proposers by name, with an optional argument: `name[:argument]`.
 
 `spot` is the zoo's default SPOT checkpoint; `spot:PATH` any SPOT checkpoint folder (or the name of a
-folder under zoo/proposers/). Every command and suite names proposers this way, so a study of many
-checkpoints is one run: `--proposers confidence,spot,spot:zoo/proposers/spot-sdar-a`.
+folder under zoo/proposers/). `spiffy` is the zoo's Spiffy graph for sdar-a; `spiffy:DIR` any
+calibration folder (`spotbench calibrate-spiffy`), named the same way. Every command and suite names
+proposers this way, so a study of many checkpoints is one run:
+`--proposers confidence,spot,spot:zoo/proposers/spot-sdar-a`.
 
 A factory gets the argument, the target and the plain generation of the same prompt and seed (only
 the oracles read the latter) and returns a proposer for that one generation. `check_proposer` refuses
-a bad name or argument with one line before anything starts.
+a bad name or argument with one line before anything starts; each family that takes an argument
+validates its own. `check_arm_for_model` refuses a proposer fitted to another target or block length
+(a Spiffy graph: its patterns are counted on one model's trajectories at one block length).
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from harness.decoding import Generation, Proposer
 from harness.errors import UserError
 from harness.pipeline import Arm
 from harness.targets.target import DLMTarget
-from harness.targets.zoo import ZOO_DIR
+from harness.targets.zoo import ZOO_DIR, model_dir, zoo_names
 from proposers.confidence import ConfidenceProposer
 from proposers.oracle import OracleProposer
+from proposers.spiffy import DEFAULT_GRAPH, GRAPH_FILE, SpiffyCalibration, SpiffyProposer, load_calibration
 from proposers.spot import CONFIG_FILE, DEFAULT_CHECKPOINT, SpotNet, SpotProposer, load_spot
 
 
@@ -32,7 +37,31 @@ class Family:
     kind: str
     """`oracle`, `ceiling`, `baseline` or `learned` (see `harness.pipeline.Arm`)."""
     build: Callable[[str | None, DLMTarget, Generation], Proposer]
-    takes_checkpoint: bool = False
+    check: Callable[[str | None], str | None] | None = None
+    """Families that take an argument (a folder): validate it (UserError, one line) without building
+    anything and return the target it was fitted on (the arm's `trained_on`). None: no argument."""
+    check_for_model: Callable[[str | None, str, int], None] | None = None
+    """Families fitted to one target and block length: UserError naming the mismatch."""
+
+
+def spot_trained_on(argument: str | None) -> str | None:
+    provenance = json.loads((spot_folder(argument) / CONFIG_FILE).read_text()).get("provenance", {})
+    return provenance.get("target")
+
+
+def spiffy_calibrated_on(argument: str | None) -> str:
+    return spiffy_calibration(argument).provenance["target"]
+
+
+def check_spiffy_fits(argument: str | None, model: str, block_length: int) -> None:
+    provenance = spiffy_calibration(argument).provenance
+    name = f"spiffy:{argument}" if argument else "spiffy"
+    if model_identity(provenance["target"]) != model_identity(model):
+        raise UserError(f"{name} was calibrated for model {provenance['target']!r}, not {model!r}; calibrate one "
+                        f"with spotbench calibrate-spiffy --model {model}")
+    if provenance["block_length"] != block_length:
+        raise UserError(f"{name} was calibrated at block length {provenance['block_length']}, not {block_length}; "
+                        f"calibrate one with spotbench calibrate-spiffy --block-length {block_length}")
 
 
 PROPOSERS: dict[str, Family] = {
@@ -40,8 +69,10 @@ PROPOSERS: dict[str, Family] = {
     "oracle-order": Family("ceiling", lambda arg, target, plain: OracleProposer(plain.steps, stale_tokens=True)),
     "confidence": Family("baseline", lambda arg, target, plain: ConfidenceProposer()),
     "confidence-branch": Family("baseline", lambda arg, target, plain: ConfidenceProposer(branch=True)),
+    "spiffy": Family("baseline", lambda arg, target, plain: SpiffyProposer(spiffy_calibration(arg)),
+                     spiffy_calibrated_on, check_spiffy_fits),
     "spot": Family("learned", lambda arg, target, plain: SpotProposer(spot_net(spot_folder(arg), device_of(target))),
-                   True),
+                   spot_trained_on),
 }
 
 
@@ -49,23 +80,27 @@ def parse_proposer(spec: str) -> tuple[Family, str | None]:
     name, sep, argument = spec.partition(":")
     family = PROPOSERS.get(name)
     if family is None:
-        raise UserError(f"unknown proposer {spec!r}; choose one of: {', '.join(PROPOSERS)} (spot:PATH for a checkpoint)")
-    if sep and not family.takes_checkpoint:
+        raise UserError(f"unknown proposer {spec!r}; choose one of: {', '.join(PROPOSERS)} "
+                        "(spot:PATH for a checkpoint, spiffy:DIR for a calibration)")
+    if sep and family.check is None:
         raise UserError(f"proposer {name!r} takes no argument; drop ':{argument}'")
     if sep and not argument:
-        raise UserError(f"proposer {spec!r} names no checkpoint; give {name}:PATH or just {name}")
+        raise UserError(f"proposer {spec!r} names no folder; give {name}:PATH or just {name}")
     return family, argument or None
 
 
 def check_proposer(spec: str) -> Arm:
     """A proposer spec resolved without building anything (an Arm with budget 0): UserError if bad."""
     family, argument = parse_proposer(spec)
-    trained_on = None
-    if family.takes_checkpoint:
-        folder = spot_folder(argument)
-        provenance = json.loads((folder / CONFIG_FILE).read_text()).get("provenance", {})
-        trained_on = provenance.get("target")
+    trained_on = family.check(argument) if family.check else None
     return Arm(spec, 0, family.kind, trained_on)
+
+
+def check_arm_for_model(spec: str, model: str, block_length: int) -> None:
+    """UserError (one line) if the proposer was fitted to another target or block length than the run's."""
+    family, argument = parse_proposer(spec)
+    if family.check_for_model:
+        family.check_for_model(argument, model, block_length)
 
 
 def arms(specs: list[str] | tuple[str, ...], budgets: list[int] | tuple[int, ...]) -> list[Arm]:
@@ -79,11 +114,18 @@ def build_proposer(spec: str, target: DLMTarget, plain: Generation) -> Proposer:
     return family.build(argument, target, plain)
 
 
-def spot_folder(argument: str | None) -> Path:
-    """The checkpoint folder `spot:argument` names: a path, or a folder name under zoo/proposers/."""
-    folder = Path(argument) if argument else ZOO_DIR / "proposers" / DEFAULT_CHECKPOINT
+def zoo_folder(argument: str | None, default: str) -> Path:
+    """The folder `name:argument` names: a path, or a folder name under zoo/proposers/ (`default`
+    without an argument). The caller checks what it holds."""
+    folder = Path(argument) if argument else ZOO_DIR / "proposers" / default
     if argument and not folder.exists() and (ZOO_DIR / "proposers" / argument).exists():
         folder = ZOO_DIR / "proposers" / argument
+    return folder
+
+
+def spot_folder(argument: str | None) -> Path:
+    """The checkpoint folder `spot:argument` names."""
+    folder = zoo_folder(argument, DEFAULT_CHECKPOINT)
     if not (folder / CONFIG_FILE).is_file():
         raise UserError(f"no SPOT checkpoint in {folder} (expected {CONFIG_FILE}); give spot:PATH of a folder "
                         "written by spotbench train-proposer")
@@ -99,3 +141,22 @@ def spot_net(folder: Path, device: str = "cpu") -> SpotNet:
 
 def device_of(target: DLMTarget | None) -> str:
     return "cpu" if target is None else str(target.device)
+
+
+def spiffy_calibration(argument: str | None) -> SpiffyCalibration:
+    """The calibration `spiffy:argument` names, read once per process."""
+    folder = zoo_folder(argument, DEFAULT_GRAPH)
+    if not (folder / GRAPH_FILE).is_file():
+        raise UserError(f"no Spiffy graph in {folder} (expected {GRAPH_FILE}); give spiffy:DIR of a folder "
+                        "written by spotbench calibrate-spiffy")
+    try:
+        return load_calibration(folder.resolve())
+    except (ValueError, KeyError, TypeError) as error:
+        raise UserError(f"{folder / GRAPH_FILE} is not a Spiffy graph file ({error})") from None
+
+
+def model_identity(name: str) -> str:
+    """What a model name points at: a zoo name and its checkpoint folder are the same model."""
+    if name in zoo_names():
+        return str(model_dir(name).resolve())
+    return str(Path(name).resolve()) if Path(name).exists() else name
