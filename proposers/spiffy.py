@@ -138,10 +138,11 @@ class SpiffyCalibration:
         return self.graphs[min(sorted(self.graphs), key=lambda t: abs(t - temperature))]
 
     def save(self, folder: Path) -> None:
+        """`spiffy.json`, one line per graph (an indented graph is a thousand lines of brackets)."""
         folder.mkdir(parents=True, exist_ok=True)
-        data = {"format": FORMAT, "provenance": self.provenance,
-                "graphs": {f"{t:g}": g.to_json() for t, g in sorted(self.graphs.items())}}
-        (folder / GRAPH_FILE).write_text(json.dumps(data, indent=1) + "\n")
+        header = json.dumps({"format": FORMAT, "provenance": self.provenance}, indent=1).removesuffix("\n}")
+        graphs = ",\n".join(f'  "{t:g}": {json.dumps(g.to_json())}' for t, g in sorted(self.graphs.items()))
+        (folder / GRAPH_FILE).write_text(f'{header},\n "graphs": {{\n{graphs}\n }}\n}}\n')
 
     @staticmethod
     def load(folder: Path) -> SpiffyCalibration:

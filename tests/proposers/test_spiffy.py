@@ -216,4 +216,6 @@ def test_calibrate_is_deterministic_and_records_its_provenance(tmp_path, capsys)
         "target": "tiny-random:sdar", "block_length": 8, "gen_length": 16, "rule": "top1", "temperatures": [0.0, 1.0]}
     assert set(data["graphs"]) == {"0", "1"} and all(len(g["nodes"]) <= 6 for g in data["graphs"].values())
     assert "git_revision" in data["provenance"]
+    SpiffyCalibration.load(tmp_path / "a").save(tmp_path / "c")
+    assert (tmp_path / "c" / "spiffy.json").read_text() == first
     check_arm_for_model(f"spiffy:{tmp_path / 'a'}", "tiny-random:sdar", 8)
