@@ -115,7 +115,7 @@ def validate(suite: Suite) -> None:
     from harness.targets.families import FAMILIES
     from harness.targets.tiny import parse_tiny_name
     from harness.targets.zoo import zoo_names
-    from proposers import check_proposer
+    from proposers import check_arm_for_model, check_proposer
     from tasks.registry import get_task
 
     for model in suite.models:
@@ -127,6 +127,8 @@ def validate(suite: Suite) -> None:
                             "tiny-random:<family>[:seed] or a checkpoint folder")
     for proposer in suite.proposers:
         check_proposer(proposer)
+        for model in suite.models:  # a proposer fitted to one model and block length (a Spiffy graph)
+            check_arm_for_model(proposer, model, suite.block_length)
     for name in suite.tasks:
         task = get_task(name)
         if suite.split not in task.splits:
