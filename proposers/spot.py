@@ -73,7 +73,11 @@ DEFAULT_CHECKPOINT = "spot-sdar-a-more-data-averaged"
 SUPPORTED_CONFIDENCE = ("prob", "tempered_prob")
 """Conventions whose log-confidence is a candidate log-probability (every zoo and published family)."""
 DEFAULT_LOOKAHEAD = 3
-"""`SpotProposer.lookahead`: rows per network call (benchmarks/proposer_cost.py)."""
+"""`SpotProposer.lookahead`: the most rows of one network call. On one CPU thread a row of the
+network costs about as much as a call's fixed work, so a guessed row pays only if it is right half
+the time: 2 to 4 were the fastest on sdar-a (budgets 8 and 16, within noise of each other), 8 was
+slower (benchmarks/proposer_cost.py --lookaheads 1,2,3,4,8). On a GPU, where a call costs about the
+same for any number of rows, a larger value saves calls (not measured)."""
 
 
 def log_odds(logp: Tensor, tokens: Tensor) -> Tensor:
@@ -356,7 +360,10 @@ class SpotProposer:
     """SPOT's draft trees (module docstring); the best-first search is in proposers/spot_tree.py.
 
     `lookahead`: the most rows of one network call, the missing node's and those the search expects
-    to expand next (`spot_tree.plan`). 1 calls the network once per expanded node, with batch 1.
+    to expand next (`spot_tree.plan`); 1 calls the network once per expanded node, with batch 1.
+    The tree does not depend on it (up to float near-ties, see spot_tree). Devices: the work over the vocabulary (stale view,
+    candidates) runs on the stale logits' device, the network on its parameters' device (move it
+    with `net.to(device)` to keep a GPU pass on the GPU); only features and outputs cross.
     """
 
     def __init__(self, net: SpotNet | SpotEnsemble, lookahead: int = DEFAULT_LOOKAHEAD):

@@ -27,7 +27,9 @@ the network exactly as the batch-1 search did.
 
 from __future__ import annotations
 
+import functools
 import heapq
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -92,8 +94,16 @@ class Output:
     """[B] log P(next committed position), on the CPU (the search takes `topk` of it, like the
     batch-1 search did, so ties resolve the same way)."""
     position_list: list[float]
-    token: list[list[float]]
-    """[B][3] log P(TOP / RUNNER_UP / NEITHER | position committed next)."""
+    token: list[list[float]] | None
+    """[B][3] log P(TOP / RUNNER_UP / NEITHER | position committed next); None for `SearchInputs.prior`."""
+    order: list[int]
+    """The positions it allows, most likely first: planning walks it instead of sorting."""
+
+    @staticmethod
+    def of(position: Tensor, token: list[list[float]] | None) -> Output:
+        values = position.tolist()
+        order = sorted((i for i, v in enumerate(values) if v > -math.inf), key=values.__getitem__, reverse=True)
+        return Output(position, values, token, order)
 
 
 class SearchInputs:
@@ -143,34 +153,33 @@ class SearchInputs:
                                        torch.tensor(depths, device=self.device),
                                        torch.full((n,), self.temperature, device=self.device))
             position, token = position.cpu(), token.cpu()
-        rows, tokens = position.tolist(), token.tolist()
+        tokens = token.tolist()
         for i, path in enumerate(paths):
-            self.outputs[path] = Output(position[i], rows[i], tokens[i])
+            self.outputs[path] = Output.of(position[i], tokens[i])
         self.calls += 1
         self.rows += n
 
-    def stand_in(self, path: Path) -> tuple[list[float], list[list[float]] | None]:
-        """A guess of the output at `path` for planning: the nearest evaluated ancestor's position
-        log-probabilities without the positions committed since, renormalized, and its token head.
-        With no evaluated ancestor (the first call of a pass), the log-confidence of the candidates
-        at that depth stands in for the position logits (the untrained network ranks that way), and
-        only the candidate token is planned (None)."""
-        for cut in range(len(path), -1, -1):
-            output = self.outputs.get(path[:cut])
-            if output is not None:
-                logp, token = list(output.position_list), output.token
-                break
-        else:
-            cut, token = 0, None
-            confidence = self.at_depth(len(path)).features[:, CONFIDENCE].tolist()
-            logp = [c if a == MASKED else -math.inf for c, a in zip(confidence, self._ages[()])]
-        for position in path[cut:]:
-            logp[position] = -math.inf
-        top = max(logp)
-        if top == -math.inf:
-            return logp, token
-        norm = top + math.log(sum(math.exp(v - top) for v in logp))
-        return [v - norm for v in logp], token
+    @functools.cached_property
+    def prior(self) -> Output:
+        """What planning assumes at the root before the network has run there: the masked
+        positions ranked by the candidates' log-confidence (how the untrained network ranks them),
+        softmaxed, and the candidate token only."""
+        confidence = self.at_depth(0).features[:, CONFIDENCE].tolist()
+        logits = torch.tensor([c if a == MASKED else -math.inf for c, a in zip(confidence, self._ages[()])])
+        return Output.of(logits.double().log_softmax(-1), None)
+
+    def stand_in(self, path: Path) -> tuple[Output, Path, float]:
+        """A guess of the output at `path` for planning: its nearest evaluated ancestor's (or the
+        prior), less the positions committed since (`removed`), whose position log-probabilities
+        are renormalized by subtracting `shift` (the network's ranking rarely changes much after
+        one commit)."""
+        cut = len(path)
+        while cut >= 0 and path[:cut] not in self.outputs:
+            cut -= 1
+        output = self.outputs[path[:cut]] if cut >= 0 else self.prior
+        removed = path[max(cut, 0):]
+        mass = sum(math.exp(output.position_list[position]) for position in removed)
+        return output, removed, math.log(max(1.0 - mass, 1e-30))
 
 
 def plan(inputs: SearchInputs, frontier: list[Entry], paths: list[Path], drafted: int, missed: Entry,
@@ -199,13 +208,16 @@ def plan(inputs: SearchInputs, frontier: list[Entry], paths: list[Path], drafted
             continue
         if path not in inputs.outputs and path not in wanted:
             wanted.append(path)
-        logp, token = inputs.stand_in(path)
-        for child in heapq.nlargest(min(left, budget - drafted), range(len(logp)), key=logp.__getitem__):
-            heapq.heappush(frontier, (neg_logp - logp[child] - (token[child][TOP] if token else 0.0),
-                                      counter, parent, depth, child, TOP))
-            if token:
-                heapq.heappush(frontier, (neg_logp - logp[child] - token[child][RUNNER_UP],
-                                          counter, parent, depth, child, RUNNER_UP))
+        output, removed, shift = inputs.stand_in(path)
+        children = itertools.islice((x for x in output.order if x not in removed), min(left, budget - drafted))
+        for child in children:
+            logp = output.position_list[child] - shift
+            if output.token is None:
+                heapq.heappush(frontier, (neg_logp - logp, counter, parent, depth, child, TOP))
+                continue
+            for choice in (TOP, RUNNER_UP):
+                heapq.heappush(frontier, (neg_logp - logp - output.token[child][choice], counter, parent, depth,
+                                          child, choice))
     return wanted
 
 
