@@ -2,7 +2,7 @@
 
 Decodes a few arith and GSM8K test prompts speculatively with SPOT (the zoo checkpoint) on every zoo
 target and budget, and prints per (target, T, budget), per speculative pass: the target's time, the
-proposer's time and their ratio, the network calls and rows of the batched search
+proposer's time and `ratio` (proposer / target), the network calls and rows of the batched search
 (proposers/spot_tree.py), and, in the same process on the same requests, the time of the search it
 replaced (one network call per expanded node, batch 1: `reference_tree` of
 tests/proposers/test_spot_tree.py, the reference the tests compare trees with). Both searches run on
@@ -10,12 +10,13 @@ every request, alternating which goes first; `same` counts the drafted passes wh
 identical (the batched tree drives the decode). Passes include the first pass of each block, where a
 block-causal target has no stale view and nothing is drafted.
 
-Clocks: `cpu` (default) is the process's CPU time, which other jobs on a shared machine disturb far
-less than wall time; `wall` is what `Metrics.proposer_s` and `target_s` measure. The coupled noise is
-drawn before the timers: it is the decoding loop's cost, shared with the verifier.
+Clocks: `cpu` (default) is the process's CPU time, which other jobs on a shared machine disturb
+less than wall time (still by some 20% when its cores are oversubscribed); `wall` is what
+`Metrics.proposer_s` and `target_s` measure. The coupled noise is drawn before the timers: it is the
+decoding loop's cost, shared with the verifier.
 
     python benchmarks/proposer_cost.py [--targets sdar-a,sdar-b,llada-a,dream-a] [--budgets 2,4,8,16]
-        [--temperatures 0] [--limit 2] [--lookaheads 3] [--clock cpu]
+        [--temperatures 0,1] [--limit 2] [--lookaheads 3] [--clock cpu]
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch
 
 from harness.decoding import DecodeConfig, DraftRequest, DraftTree, parse_rule, speculative_decode
 from harness.targets.registry import load_target
-from proposers.spot import SpotNet, zoo_spot
+from proposers.spot import DEFAULT_LOOKAHEAD, SpotNet, zoo_spot
 from proposers.spot_tree import grow
 from tasks.base import prompt_ids
 from tasks.registry import get_task
@@ -125,10 +126,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", default="sdar-a,sdar-b,llada-a,dream-a")
     parser.add_argument("--budgets", default="2,4,8,16")
-    parser.add_argument("--temperatures", default="0")
+    parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--tasks", default="arith,gsm8k")
     parser.add_argument("--limit", type=int, default=2, help="test prompts per task")
-    parser.add_argument("--lookaheads", default="3", help="SpotProposer.lookahead values to time")
+    parser.add_argument("--lookaheads", default=str(DEFAULT_LOOKAHEAD),
+                        help="SpotProposer.lookahead values to time, comma-separated")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=32)

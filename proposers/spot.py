@@ -361,9 +361,10 @@ class SpotProposer:
 
     `lookahead`: the most rows of one network call, the missing node's and those the search expects
     to expand next (`spot_tree.plan`); 1 calls the network once per expanded node, with batch 1.
-    The tree does not depend on it (up to float near-ties, see spot_tree). Devices: the work over the vocabulary (stale view,
-    candidates) runs on the stale logits' device, the network on its parameters' device (move it
-    with `net.to(device)` to keep a GPU pass on the GPU); only features and outputs cross.
+    The tree does not depend on it (up to float near-ties, see spot_tree). Devices: the work over
+    the vocabulary (stale view, candidates) runs on the stale logits' device, the network on its
+    parameters' device (move it with `net.to(device)` to keep a GPU pass on the GPU); only features
+    and outputs cross.
     """
 
     def __init__(self, net: SpotNet | SpotEnsemble, lookahead: int = DEFAULT_LOOKAHEAD):
