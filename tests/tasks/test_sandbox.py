@@ -4,10 +4,15 @@ jail is what the docstring says. Hostile programs are in test_sandbox_hostile.py
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
+from harness.errors import UserError
 from tasks import sandbox
 from tasks.sandbox import Limits
 
@@ -136,3 +141,44 @@ def test_the_command_names_every_part_of_the_boundary():
         assert flag in command
     if os.geteuid() == 0:
         assert f"--reuid={sandbox.UID_BASE}" in command and "--bounding-set=-all" in command
+
+
+def test_without_bubblewrap_nothing_runs_unjailed(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    sandbox.tools.cache_clear()
+    try:
+        with pytest.raises(UserError, match="bubblewrap"):
+            check(GOOD)
+    finally:
+        sandbox.tools.cache_clear()
+
+
+NON_ROOT_SCORER = """
+import sys
+sys.path.insert(0, {tree!r})
+from tasks import sandbox
+program = "import os\\nprint(os.getuid())\\ndef add(a, b):\\n    return a + b\\n"
+outcome = sandbox.run([("solution", program), ("tests", {tests!r})], audit_hook=False)
+print(outcome.passed, outcome.stdout.strip())
+"""
+
+
+def test_a_non_root_harness_jails_through_a_user_namespace():
+    """The other branch of `jail_command`: a harness running as nobody, with the system Python
+    (the venv's may sit where nobody cannot read) and a copy of the modules it needs."""
+    python = shutil.which("python3", path="/usr/bin")
+    if os.geteuid() != 0 or python is None:
+        pytest.skip("needs root (to become nobody) and /usr/bin/python3")
+    root, tree = Path(sandbox.__file__).resolve().parents[1], Path(tempfile.mkdtemp())
+    try:
+        tree.chmod(0o755)
+        for name in ("tasks/__init__.py", "tasks/sandbox.py", "tasks/sandbox_child.py",
+                     "harness/__init__.py", "harness/errors.py"):
+            (tree / name).parent.mkdir(exist_ok=True)
+            shutil.copy(root / name, tree / name)
+        code = NON_ROOT_SCORER.format(tree=str(tree), tests=TESTS)
+        done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               python, "-c", code], capture_output=True, text=True, timeout=60)
+    finally:
+        shutil.rmtree(tree)
+    assert done.stdout.split() == ["True", "65534"], done.stderr
