@@ -1,8 +1,9 @@
 """pass@1 by execution: each program runs with its tests in the project's sandbox.
 
 A stand-in for the hub's `code_eval` (unreachable offline, and it runs code in-process threads): a
-prediction is the program (solution code), a reference is the test code run after it; a pass needs
-the tests to finish and the sandbox's unforgeable pass nonce (see `tasks.sandbox`).
+prediction is the program (solution code), a reference is the test code; the program runs in one
+bubblewrap jail and the tests in a separate judge jail that receives the program's values as plain
+data, so a pass is only the judge's own verdict (see `tasks.sandbox`).
 """
 
 import datasets
