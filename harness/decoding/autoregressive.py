@@ -1,0 +1,207 @@
+"""Autoregressive decoding, plain and speculative: one loop, and plain decoding is budget 0.
+
+Semantics (DESIGN.md section 2, "Autoregressive targets"; docs/autoregressive.md):
+
+- The token at absolute position t (prompt positions included, from 0) is `argmax_v logit[v]` at T=0
+  and `argmax_v(logit[v]/T + G(seed, t)[v])` at T>0, scores in float64, ties to the lowest id. The
+  noise is keyed by the absolute position, so one token gets the same noise whichever pass, row or
+  proposer decides it: the coupling that makes speculative decoding lossless at every temperature.
+- A generation stops after the end-of-sequence token (kept in `Generation.tokens`, cut from
+  `answer_ids`) or after `gen_length` new tokens.
+- Each pass: the proposer drafts a tree of future tokens; the root (the last committed token, not
+  yet in the KV cache) and every node are evaluated in ONE target forward with tree attention
+  (`harness.targets.ar`); the walk computes the target's own token at each depth and moves to the
+  child that drafted exactly it; the walked tokens plus the final one (the bonus) are committed and
+  only the accepted path's keys/values stay in the cache. Every pass commits >= 1 token.
+
+Draft trees reuse `DraftTree`: node j has a parent (0 the root, i + 1 node i) and a
+`Transition((offset,), (token,))` whose offset from the next token is its depth - 1. The offset is
+implied by the tree, but keeping it makes an AR node a transition like a DLM node, and the
+trajectory (`Generation.steps[i] = Transition((i,), (token_i,))`) is compared by the same lossless
+check. Budget 0 is plain decoding, traced for divergence forensics (`StepRecord` per token).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from harness.decoding.generation import Generation, synchronize
+from harness.decoding.metrics import Metrics
+from harness.decoding.noise import NoiseSource
+from harness.decoding.rules import StepRecord, Transition, candidate_scores
+from harness.decoding.tree import LEAF, NO_DRAFT, TOKEN, DraftTree
+from harness.errors import UserError
+from harness.targets.ar import ARTarget
+
+AR_RULE = "greedy"
+"""The rule column of AR rows: commit rules (top1/threshold) are DLM notions; an AR target always
+commits its (noisy) argmax token, one position at a time."""
+
+
+@dataclass(frozen=True)
+class ARConfig:
+    """What one AR generation is asked for."""
+
+    gen_length: int = 64
+    """Most new tokens."""
+    temperature: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.gen_length < 1:
+            raise UserError(f"gen_length must be >= 1, got {self.gen_length}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise UserError(f"the temperature must be finite and >= 0, got {self.temperature}")
+        if not 0 <= self.seed < 2**64:
+            raise UserError(f"the seed must be in [0, 2**64), got {self.seed}")
+
+
+@dataclass(frozen=True)
+class ARDraftRequest:
+    """Everything an AR proposer may look at for one pass (never the target's logits of this pass)."""
+
+    context: Tensor
+    """[L] on the CPU: the prompt and every committed token; the draft continues it."""
+    prompt_length: int
+    noise: NoiseSource | None
+    """Noise keyed by absolute position: the node at depth d decides position `len(context) + d - 1`."""
+    temperature: float
+    budget: int
+    """Most draft nodes the pass will evaluate (fewer near `gen_length`); extra nodes are dropped."""
+    stale: Tensor | None = None
+    """[V] the target's logits at the last walked row of the previous pass (None on the first pass)."""
+
+
+class ARProposer(Protocol):
+    def propose(self, request: ARDraftRequest) -> DraftTree: ...
+
+
+@dataclass
+class PreparedARTree:
+    tokens: Tensor
+    """[N] the kept nodes' tokens, in row order (row j + 1 is node j)."""
+    parents: list[int]
+    """Row of each kept node's parent (0 the root)."""
+    children: dict[tuple[int, int], int]
+    """(row, token) -> the child's row."""
+
+
+def prepare_ar(tree: DraftTree, budget: int, max_depth: int, eos_id: int) -> PreparedARTree:
+    """Validate a proposer's tree and lay out its rows. Kept: the first `budget` nodes, no deeper
+    than `max_depth` (the tokens left before `gen_length`, less the bonus), not repeating a sibling
+    and not below an end-of-sequence node (nothing follows it); descendants of a dropped node go with
+    it. A node that is structurally wrong (parent not before it, not one token, an offset other than
+    its depth - 1) is a proposer bug: ValueError."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    depths = [0]
+    children: dict[tuple[int, int], int] = {}
+    row_of = {0: 0}
+    for index, node in enumerate(tree.nodes[: max(budget, 0)], start=1):
+        t = node.transition
+        if not 0 <= node.parent < index or len(t.positions) != 1:
+            raise ValueError(f"invalid AR draft node {index - 1}: {node}")
+        parent_row = row_of.get(node.parent)
+        if parent_row is None:
+            continue
+        depth = depths[parent_row] + 1
+        if t.positions[0] != depth - 1:
+            raise ValueError(f"AR draft node {index - 1} has offset {t.positions[0]}, its depth says {depth - 1}")
+        key = (parent_row, t.tokens[0])
+        if depth > max_depth or key in children or (parent_row and tokens[parent_row - 1] == eos_id):
+            continue
+        row_of[index] = children[key] = len(tokens) + 1
+        tokens.append(t.tokens[0])
+        parents.append(parent_row)
+        depths.append(depth)
+    return PreparedARTree(torch.tensor(tokens, dtype=torch.long), parents, children)
+
+
+def target_token(logits: Tensor, noise: Tensor | None, temperature: float, record: bool
+                 ) -> tuple[int, StepRecord | None]:
+    """The target's token from one row's logits [V] (see the module docstring) and, with `record`,
+    how close the decision was: the top-1 minus top-2 probability, and the gap between the two best
+    scores in logit units (times T), the unit the lossless check's near-tie tolerance is in."""
+    scores = candidate_scores(logits[None], None if noise is None else noise[None], temperature)[0]
+    token = int(scores.argmax())
+    if not record:
+        return token, None
+    top2 = scores.topk(2).values
+    probs = logits.double().softmax(-1).topk(2).values
+    gap = float(top2[0] - top2[1]) * (temperature if temperature > 0 else 1.0)
+    return token, StepRecord(float(probs[0] - probs[1]), gap)
+
+
+def ar_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProposer, config: ARConfig,
+              budget: int, trace: bool = False) -> Generation:
+    """The AR loop (module docstring). `trace` keeps a `StepRecord` per token (the reference does)."""
+    if budget < 0:
+        raise ValueError(f"the draft budget must be >= 0, got {budget}")
+    temperature, eos = config.temperature, target.eos_id
+    session = target.start(prompt_ids)
+    prompt = session.pending.cpu()
+    noise = NoiseSource(config.seed, 1, target.vocab_size) if temperature > 0 else None
+    metrics = Metrics(accepted_per_depth=[0] * budget)
+    tokens: list[int] = []
+    pass_commits: list[int] = []
+    stops: list[str] = []
+    records: list[StepRecord] = []
+    stale: Tensor | None = None
+    start = time.perf_counter()
+    while len(tokens) < config.gen_length and (not tokens or tokens[-1] != eos):
+        position = session.position
+        if noise:
+            noise.forget_before(position)
+        left = config.gen_length - len(tokens) - 1  # drafts beyond this could never be committed
+        context = torch.cat([prompt, torch.tensor(tokens, dtype=torch.long)])
+        before = time.perf_counter()
+        draft = proposer.propose(ARDraftRequest(context, prompt.numel(), noise, temperature, min(budget, left), stale))
+        metrics.proposer_s += time.perf_counter() - before
+        tree = prepare_ar(draft, budget, left, eos)
+        before = time.perf_counter()
+        logits = session.forward(tree.tokens, tree.parents)
+        synchronize(logits)
+        metrics.target_s += time.perf_counter() - before
+        row, depth, path = 0, 0, []
+        while True:
+            token, record = target_token(logits[row], noise(position + depth)[0] if noise else None, temperature,
+                                         trace)
+            tokens.append(token)
+            if trace:
+                records.append(record)
+            child = tree.children.get((row, token))
+            if child is None or token == eos or len(tokens) == config.gen_length:
+                break
+            metrics.accepted_per_depth[depth] += 1
+            row, depth = child, depth + 1
+            path.append(child)
+        metrics.draft_nodes += len(tree.parents)
+        pass_commits.append(depth + 1)
+        stops.append(NO_DRAFT if not tree.parents else
+                     TOKEN if child is None and any(r == row for r, _ in tree.children) else LEAF)
+        stale = logits[row]
+        if token != eos and len(tokens) < config.gen_length:
+            session.commit(path, token)
+    metrics.wall_s = time.perf_counter() - start
+    metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(tokens)
+    steps = [Transition((i,), (t,)) for i, t in enumerate(tokens)]
+    return Generation(torch.tensor(tokens, dtype=torch.long), steps, pass_commits, records if trace else None,
+                      metrics, eos, stops=stops)
+
+
+class NoARDraft:
+    """The proposer of plain decoding: drafts nothing."""
+
+    def propose(self, request: ARDraftRequest) -> DraftTree:
+        return DraftTree()
+
+
+def ar_plain_decode(target: ARTarget, prompt_ids: list[int] | Tensor, config: ARConfig) -> Generation:
+    """The reference every speculative AR arm must reproduce token for token: budget 0, traced."""
+    return ar_decode(target, prompt_ids, NoARDraft(), config, 0, trace=True)

