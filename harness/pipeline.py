@@ -8,6 +8,10 @@ temperature, rule, seed), every (proposer, budget) arm is decoded on the same pr
 The library stays below its callers: proposers are built by a function the caller passes (the
 `proposers` registry), and scoring is a function of the completion text (a task's scorer), so this
 module imports neither `proposers` nor `tasks`.
+
+Autoregressive targets go through the same pipeline and row (`decoder` picks the loop by target
+kind): their rows' rule is `greedy` (commit rules are a DLM notion), `nfe` counts target forwards,
+`rows` the tokens scored, `commits` the tokens, so `mean_accept_len` is tokens per forward (docs/autoregressive.md).
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.decoding import DecodeConfig, Generation, Proposer, parse_rule, plain_decode, speculative_decode
+from harness.decoding.autoregressive import AR_RULE, ARConfig, ARProposer, ar_decode, ar_plain_decode
 from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
 from harness.lossless import check_lossless
 from harness.results import Row
+from harness.targets.ar import ARTarget
 from harness.targets.target import DLMTarget
 
 
@@ -59,23 +65,22 @@ class Score:
     details: dict[str, Any]
 
 
-ProposerBuilder = Callable[[str, DLMTarget, Generation], Proposer]
+ProposerBuilder = Callable[[str, DLMTarget | ARTarget, Generation], Proposer | ARProposer]
 """(proposer spec, target, plain generation of the same prompt and seed) -> a proposer for one generation."""
 Scorer = Callable[[str], Score]
 """A completion's score against the sample's reference."""
 
 
-def evaluate_group(target: DLMTarget, group: Group, arms: Sequence[Arm], build: ProposerBuilder,
+def evaluate_group(target: DLMTarget | ARTarget, group: Group, arms: Sequence[Arm], build: ProposerBuilder,
                    score: Scorer | None, exact_mode: bool, tolerance: float, worker: str = "") -> list[Row]:
     """The rows of one group: its plain reference decoded once, then each arm, checked and scored."""
-    rule = parse_rule(group.rule, target.family, target.mask_id)
-    config = DecodeConfig(rule, group.gen_length, group.block_length, group.temperature, group.seed)
-    plain = plain_decode(target, list(group.prompt_ids), config)
+    decode = decoder(target, group)
+    plain = decode(None, 0)
     completion = decode_text(target, plain.answer_ids)
     plain_score = score(completion) if score else None
     rows = []
     for arm in arms:
-        spec = speculative_decode(target, list(group.prompt_ids), build(arm.proposer, target, plain), config, arm.budget)
+        spec = decode(build(arm.proposer, target, plain), arm.budget)
         report = check_lossless(plain, spec, tolerance)
         divergence = report.divergence
         spec_completion = decode_text(target, spec.answer_ids)
@@ -104,7 +109,31 @@ def evaluate_group(target: DLMTarget, group: Group, arms: Sequence[Arm], build: 
     return rows
 
 
-def decode_text(target: DLMTarget, ids: list[int]) -> str:
+def decoder(target: DLMTarget | ARTarget, group: Group) -> Callable[[Proposer | ARProposer | None, int], Generation]:
+    """The group's loop as `decode(proposer, budget)`; proposer None: the traced plain reference.
+    AR targets decode token by token and take only the rule `greedy`; DLMs block by block with the group's rule."""
+    prompt = list(group.prompt_ids)
+    if isinstance(target, ARTarget):
+        if group.rule != AR_RULE:
+            raise ValueError(f"an autoregressive target decodes with rule {AR_RULE!r}, not {group.rule!r}")
+        ar_config = ARConfig(group.gen_length, group.temperature, group.seed)
+
+        def decode_ar(proposer: ARProposer | None, budget: int) -> Generation:
+            if proposer is None:
+                return ar_plain_decode(target, prompt, ar_config)
+            return ar_decode(target, prompt, proposer, ar_config, budget)
+        return decode_ar
+    config = DecodeConfig(parse_rule(group.rule, target.family, target.mask_id), group.gen_length,
+                          group.block_length, group.temperature, group.seed)
+
+    def decode_dlm(proposer: Proposer | None, budget: int) -> Generation:
+        if proposer is None:
+            return plain_decode(target, prompt, config)
+        return speculative_decode(target, prompt, proposer, config, budget)
+    return decode_dlm
+
+
+def decode_text(target: DLMTarget | ARTarget, ids: list[int]) -> str:
     """The answer as text; a target without a tokenizer answers in token ids."""
     return target.tokenizer.decode(ids) if target.tokenizer is not None else " ".join(map(str, ids))
 

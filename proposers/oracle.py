@@ -10,6 +10,9 @@ that does not apply to the root's state, which only happens after the arms have 
 tokens instead of the true ones (the rule's candidate under the noise of step s + depth, as the
 confidence proposers and SPOT draft them): the ceiling of any proposer that only predicts the order.
 What separates it from the oracle is the tokens the stale view gets wrong (docs/spot.md).
+
+For autoregressive targets the oracle is `AROracleProposer`: the plain generation's next tokens as a
+chain, so every pass commits min(budget + 1, tokens left) tokens (docs/autoregressive.md).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness.decoding import DraftRequest, DraftTree, Transition
+from harness.decoding.autoregressive import ARDraftRequest
 from harness.decoding.rules import candidate_tokens
 
 
@@ -43,3 +47,15 @@ class OracleProposer:
             chain.append(transition)
         return DraftTree.chain(chain)
 
+
+
+class AROracleProposer:
+    """Drafts the plain AR trajectory's next tokens (built with the plain generation's tokens)."""
+
+    def __init__(self, tokens: Sequence[int]):
+        self.tokens = list(tokens)
+
+    def propose(self, request: ARDraftRequest) -> DraftTree:
+        done = request.context.numel() - request.prompt_length
+        follow = self.tokens[done : done + request.budget]
+        return DraftTree.chain([Transition((i,), (t,)) for i, t in enumerate(follow)])

@@ -10,7 +10,9 @@ A factory gets the argument, the target and the plain generation of the same pro
 the oracles read the latter) and returns a proposer for that one generation. `check_proposer` refuses
 a bad name or argument with one line before anything starts; each family that takes an argument
 validates its own. `check_arm_for_model` refuses a proposer fitted to another target or block length
-(a Spiffy graph: its patterns are counted on one model's trajectories at one block length).
+(a Spiffy graph: its patterns are counted on one model's trajectories at one block length), and one
+that drafts for the other kind of target: DLM proposers draft block states, AR proposers (`prompt-lookup`)
+draft token sequences; `oracle` replays either kind's plain trajectory.
 """
 
 from __future__ import annotations
@@ -22,12 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.decoding import Generation, Proposer
+from harness.decoding.autoregressive import ARProposer
 from harness.errors import UserError
 from harness.pipeline import Arm
+from harness.targets.ar import ARTarget
+from harness.targets.registry import target_kind
 from harness.targets.target import DLMTarget
 from harness.targets.zoo import ZOO_DIR, model_dir, zoo_names
 from proposers.confidence import ConfidenceProposer
-from proposers.oracle import OracleProposer
+from proposers.oracle import AROracleProposer, OracleProposer
+from proposers.prompt_lookup import PromptLookupProposer
 from proposers.spiffy import DEFAULT_GRAPH, GRAPH_FILE, SpiffyCalibration, SpiffyProposer, load_calibration
 from proposers.spot import CONFIG_FILE, DEFAULT_CHECKPOINT, SpotNet, SpotProposer, load_spot
 
@@ -36,12 +42,14 @@ from proposers.spot import CONFIG_FILE, DEFAULT_CHECKPOINT, SpotNet, SpotPropose
 class Family:
     kind: str
     """`oracle`, `ceiling`, `baseline` or `learned` (see `harness.pipeline.Arm`)."""
-    build: Callable[[str | None, DLMTarget, Generation], Proposer]
+    build: Callable[[str | None, DLMTarget | ARTarget, Generation], Proposer | ARProposer]
     check: Callable[[str | None], str | None] | None = None
     """Families that take an argument (a folder): validate it (UserError, one line) without building
     anything and return the target it was fitted on (the arm's `trained_on`). None: no argument."""
     check_for_model: Callable[[str | None, str, int], None] | None = None
     """Families fitted to one target and block length: UserError naming the mismatch."""
+    targets: tuple[str, ...] = ("dlm",)
+    """The target kinds it drafts for (`harness.targets.registry.target_kind`)."""
 
 
 def spot_trained_on(argument: str | None) -> str | None:
@@ -65,12 +73,14 @@ def check_spiffy_fits(argument: str | None, model: str, block_length: int) -> No
 
 
 PROPOSERS: dict[str, Family] = {
-    "oracle": Family("oracle", lambda arg, target, plain: OracleProposer(plain.steps)),
+    "oracle": Family("oracle", lambda arg, target, plain: AROracleProposer(plain.tokens.tolist())
+                     if isinstance(target, ARTarget) else OracleProposer(plain.steps), targets=("dlm", "ar")),
     "oracle-order": Family("ceiling", lambda arg, target, plain: OracleProposer(plain.steps, stale_tokens=True)),
     "confidence": Family("baseline", lambda arg, target, plain: ConfidenceProposer()),
     "confidence-branch": Family("baseline", lambda arg, target, plain: ConfidenceProposer(branch=True)),
     "spiffy": Family("baseline", lambda arg, target, plain: SpiffyProposer(spiffy_calibration(arg)),
                      spiffy_calibrated_on, check_spiffy_fits),
+    "prompt-lookup": Family("baseline", lambda arg, target, plain: PromptLookupProposer(), targets=("ar",)),
     "spot": Family("learned", lambda arg, target, plain: SpotProposer(spot_net(spot_folder(arg), device_of(target))),
                    spot_trained_on),
 }
@@ -99,8 +109,20 @@ def check_proposer(spec: str) -> Arm:
 def check_arm_for_model(spec: str, model: str, block_length: int) -> None:
     """UserError (one line) if the proposer was fitted to another target or block length than the run's."""
     family, argument = parse_proposer(spec)
+    kind = target_kind(model)
+    if kind not in family.targets:
+        raise UserError(f"proposer {spec!r} drafts for {' and '.join(KIND_NAMES[k] for k in family.targets)} targets, "
+                        f"but model {model!r} is {KIND_NAMES[kind]}; its proposers: {', '.join(proposers_for(kind))}")
     if family.check_for_model:
         family.check_for_model(argument, model, block_length)
+
+
+KIND_NAMES = {"dlm": "diffusion (DLM)", "ar": "autoregressive"}
+
+
+def proposers_for(kind: str) -> list[str]:
+    """The proposer families that draft for a target kind (`dlm` or `ar`), in registry order."""
+    return [name for name, family in PROPOSERS.items() if kind in family.targets]
 
 
 def arms(specs: list[str] | tuple[str, ...], budgets: list[int] | tuple[int, ...]) -> list[Arm]:
@@ -109,7 +131,7 @@ def arms(specs: list[str] | tuple[str, ...], budgets: list[int] | tuple[int, ...
     return [Arm(arm.proposer, budget, arm.kind, arm.trained_on) for arm in resolved for budget in budgets]
 
 
-def build_proposer(spec: str, target: DLMTarget, plain: Generation) -> Proposer:
+def build_proposer(spec: str, target: DLMTarget | ARTarget, plain: Generation) -> Proposer | ARProposer:
     family, argument = parse_proposer(spec)
     return family.build(argument, target, plain)
 

@@ -1,7 +1,9 @@
-"""Resolve a target name to a loaded `DLMTarget`.
+"""Resolve a target name to a loaded `DLMTarget` or `ARTarget`.
 
 Names: a zoo model (`spotbench zoo` lists them), `tiny-random:<family>[:seed]` (built in code), or a
-path to a local Hugging Face checkpoint folder of a supported family.
+path to a local Hugging Face checkpoint folder of a supported family; autoregressive targets
+(`smollm2`, `tiny-random-ar[:seed]`, a causal-LM or GGUF folder: `harness.targets.ar`) are told apart
+by name and config before anything loads (`target_kind`).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.errors import UserError
+from harness.targets.ar import ARTarget, is_ar_name, load_ar_target
 from harness.targets.checkpoint import load_checkpoint
 from harness.targets.devices import resolve_device, resolve_dtype
 from harness.targets.target import DLMTarget
@@ -16,11 +19,18 @@ from harness.targets.tiny import parse_tiny_name, tiny_random_target
 from harness.targets.zoo import model_dir, zoo_names
 
 
-def load_target(name: str, device: str = "cpu", dtype: str = "float32") -> DLMTarget:
+def target_kind(name: str) -> str:
+    """`ar` for an autoregressive target name, else `dlm` (the kind of proposers it takes)."""
+    return "ar" if is_ar_name(name) else "dlm"
+
+
+def load_target(name: str, device: str = "cpu", dtype: str = "float32") -> DLMTarget | ARTarget:
     """`device` and `dtype` as the flags spell them (`auto` allowed; `harness.targets.devices`).
     Checkpoint weights go straight to the device, tensor by tensor, without a full copy on the host."""
     where = resolve_device(device)
     precision = resolve_dtype(dtype, where)
+    if is_ar_name(name):
+        return load_ar_target(name, where, precision)
     if name in zoo_names():
         target = load_checkpoint(model_dir(name), precision, where)
         target.name = name
@@ -31,5 +41,5 @@ def load_target(name: str, device: str = "cpu", dtype: str = "float32") -> DLMTa
         return load_checkpoint(name, precision, where)
     raise UserError(
         f"unknown target {name!r}; use a zoo model ({', '.join(zoo_names()) or 'none built'}), "
-        "tiny-random:<family>[:seed] or an existing checkpoint folder"
+        "tiny-random:<family>[:seed], smollm2, tiny-random-ar[:seed] or an existing checkpoint folder"
     )

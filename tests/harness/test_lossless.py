@@ -15,7 +15,8 @@ from harness.decoding.tree import PreparedTree
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_target
 from harness.targets.target import DLMTarget
-from proposers import PROPOSERS, build_proposer
+from proposers import build_proposer
+from proposers.registry import proposers_for
 
 FAMILIES = ["llada", "dream", "sdar", "llada2"]
 PROMPT = list(b"Q: 2+2=?\nA:")
@@ -132,7 +133,7 @@ def test_default_float32_mode_reports_exact_rate_and_only_near_ties():
             for seed in range(2):
                 cfg = config(t, temperature, seed)
                 plain = plain_decode(t, PROMPT, cfg)
-                for name in sorted(PROPOSERS):
+                for name in sorted(proposers_for("dlm")):
                     for budget in (4, 16):
                         spec = speculative_decode(t, PROMPT, build_proposer(name, t, plain), cfg, budget)
                         report = check_lossless(plain, spec, near_tie_tolerance(t.dtype))

@@ -14,7 +14,8 @@ from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
 from harness.decoding.rules import Transition
 from harness.targets.registry import load_target
 from harness.targets.target import DLMTarget
-from proposers import PROPOSERS, build_proposer
+from proposers import build_proposer
+from proposers.registry import proposers_for
 
 PROMPT = list(b"Q: 2+2=?\nA:")
 
@@ -38,7 +39,7 @@ def test_replay_counts_the_passes_of_speculative_decoding(family, temperature, r
     plain = plain_decode(target, PROMPT, cfg, keep_logits=True)
     assert len(plain.pass_logits) == len(plain.steps) and len(plain.following) == len(plain.tokens) // geometry[1]
     saved_any = False
-    for name in PROPOSERS:
+    for name in proposers_for("dlm"):
         for budget in (0, 1, 5):
             spec = speculative_decode(target, PROMPT, build_proposer(name, target, plain), cfg, budget)
             replayed = replay(plain, build_proposer(name, target, plain), cfg, budget)
