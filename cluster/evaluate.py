@@ -26,6 +26,9 @@ class Unit:
     task: str
     sample: Sample
     groups: tuple[tuple[float, str, int], ...]
+    arms: tuple[tuple[str, int], ...] | None = None
+    """The (proposer, budget) arms still to do; None: every arm of the suite (a run extended with new
+    arms decodes only those for the groups it already has)."""
 
 
 class Evaluator:
@@ -60,6 +63,8 @@ class Evaluator:
 
         target, task = self.target(unit.model), self.task(unit.task)
         ids = tuple(prompt_ids(task, unit.sample, target.tokenizer))
+        text = task.prompt(unit.sample, target.tokenizer)
+        arms = [a for a in self.arms if unit.arms is None or (a.proposer, a.budget) in unit.arms]
 
         def score(completion: str) -> Score:
             result = task.score([unit.sample], [completion])[0]
@@ -68,7 +73,7 @@ class Evaluator:
         out = []
         for temperature, rule, seed in unit.groups:
             group = Group(unit.model, unit.task, unit.sample.sample_id, ids, temperature, rule, seed,
-                          self.suite.gen_length, self.suite.block_length)
-            out.append(evaluate_group(target, group, self.arms, build_proposer, score, self.suite.exact,
+                          self.suite.gen_length, self.suite.block_length, text, unit.sample.reference)
+            out.append(evaluate_group(target, group, arms, build_proposer, score, self.suite.exact,
                                       near_tie_tolerance(target.dtype), self.worker))
         return out

@@ -1,41 +1,57 @@
 """The driver: shard a suite's prompts over Ray worker actors, write rows as they arrive, resume.
 
 Work is planned per group (a `Unit`: one sample of one (model, task) at one (temperature, rule,
-seed), i.e. one plain reference and all of its arms): the finest unit that keeps an arm next to its
-reference, so the last units of a run spread evenly over the workers. Each
-worker actor holds one `Evaluator` (targets loaded once, on first use) and gets at most two units in
-flight, so it never waits for the driver. The driver is the only writer: it writes each finished
-group atomically under a name derived from the group key and skips groups already on disk, so
+seed), i.e. one plain reference and the arms of it still to do): the finest unit that keeps an arm
+next to its reference, so the last units of a run spread evenly over the workers. Each worker actor
+holds one `Evaluator` (targets loaded once, on first use) and gets at most two units in flight, so it
+never waits for the driver. The driver is the only writer: it writes each finished group atomically
+under a name derived from the group key and its arms, and plans only what is not verified on disk
+(`harness.store`), so
 
-- a worker that dies (node lost, OOM, killed) is replaced by a fresh actor and its in-flight units
-  are sent again; whatever they had computed was never written, so every row lands exactly once;
-- a driver that dies leaves complete group files and at worst a stray temp file; the next
-  invocation with the same config plans only the groups that are missing.
+- a worker that dies (process killed, OOM) is replaced when the cluster has room for a new one, and
+  its in-flight units are sent again; whatever they had computed was never written, so every row
+  lands exactly once. When the cluster has no room (its node is gone, and a replacement would wait
+  forever for CPUs the live workers hold), the units go to the live workers; when none is left the
+  run stops with one line and a resumable directory;
+- a driver that dies leaves complete group files and at worst a stray temp file; the next invocation
+  with the same config plans only the groups that are missing, and decodes damaged ones again;
+- a config that only grows (more budgets, proposers, seeds, temperatures, a larger limit) reuses
+  every finished group and decodes only the new groups and arms.
 
 Why explicit actors rather than Ray Data's `map_batches` with an actor pool: see docs/runs.md.
 """
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import os
-import platform
-import socket
 import sys
+import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster.connect import check_address, ray_session
 from cluster.evaluate import Evaluator, Unit
+from cluster.provenance import driver_hardware, run_inputs
 from cluster.suite import Suite
 from harness.errors import UserError
 from harness.results import RunDir, group_id
+from harness.store import Verification
 
 IN_FLIGHT_PER_WORKER = 2
 MAX_ATTEMPTS = 3
 """A unit whose worker died this many times is a bug in the unit (e.g. it exhausts memory)."""
+ROOM_WAIT_S = 10.0
+"""How long a dead worker's resources may take to show up as free before the driver decides the
+cluster has no room for a replacement (a killed process frees them in well under a second; a lost
+node's never come back)."""
+
+
+class ClusterLost(UserError):
+    """Every worker died and the cluster has no room for another: the run stops, resumable."""
 
 
 @dataclass
@@ -48,69 +64,81 @@ class RunResult:
     workers: int
 
 
-def plan(suite: Suite, run_dir: RunDir) -> tuple[list[Unit], int]:
-    """The units still to do and the number of groups already on disk."""
+@dataclass
+class Stats:
+    """What one invocation did, for its session record in the manifest."""
+
+    written: int = 0
+    skipped: int = 0
+    workers: int = 0
+    worker_deaths: int = 0
+    retries: int = 0
+    """Units sent again after their worker died."""
+    replacements: int = 0
+    workers_lost: int = 0
+    """Workers not replaced because the cluster had no room left (a node gone)."""
+    events: list[str] = field(default_factory=list)
+    """What the driver said about worker deaths, in order."""
+
+    def note(self, line: str) -> str:
+        self.events.append(line)
+        return line
+
+
+def plan(suite: Suite, verified: Verification) -> tuple[list[Unit], int]:
+    """The units still to do and the number of groups already complete on disk."""
     evaluator = Evaluator(suite)
-    done = run_dir.done_groups()
+    done = verified.done_arms()
+    wanted = {(p, b) for p in suite.proposers for b in suite.budgets}
     units, skipped = [], 0
     for model in suite.models:
         for task in suite.tasks:
             for sample in evaluator.task(task).load(suite.split, limit=suite.limit):
                 key = {"model": model, "task": task, "sample_id": sample.sample_id}
-                pending = tuple(g for g in suite.groups() if group_id(
-                    key | {"temperature": g[0], "rule": g[1], "seed": g[2]}) not in done)
-                skipped += len(suite.groups()) - len(pending)
-                units += [Unit(model, task, sample, (group,)) for group in pending]
+                for group in suite.groups(model):
+                    pending = wanted - done.get(group_id(key | dict(zip(("temperature", "rule", "seed"), group))), set())
+                    if not pending:
+                        skipped += 1
+                        continue
+                    arms = None if pending == wanted else tuple(sorted(pending))
+                    units.append(Unit(model, task, sample, (group,), arms))
     return units, skipped
 
 
 def run_suite(suite: Suite, output: str | Path, address: str | None = None, progress: bool = True,
               on_write: Callable[[int], None] | None = None) -> RunResult:
-    """Run (or resume) `suite` into `output`; `on_write(groups written so far)` after each group.
+    """Run (or resume, or extend) `suite` into `output`; `on_write(groups written so far)` after each group.
 
-    Everything that can refuse the run (the output directory, the Ray address) is checked before
-    the first byte is written, so bad input leaves no half-made run directory behind."""
+    Everything that can refuse the run (the output directory, its config, the Ray address and its
+    authentication) is checked before Ray starts or the first byte is written, so bad input leaves no
+    half-made run directory behind."""
+    started = time.monotonic()
     if address:
         check_address(address)
-    units, skipped = plan(suite, RunDir.check(output, suite.config()))
-    owns_ray = bool(units) and connect(address)
-    try:
-        run_dir = RunDir.open(output, suite.config(), list(suite.seeds), hardware=driver_hardware())
+    inputs = run_inputs(suite)
+    checked = RunDir.check(output, suite.config(), inputs)
+    verified = checked.verify()
+    units, skipped = plan(suite, verified)
+    stats = Stats(skipped=skipped)
+    with ray_session(address) if units else contextlib.nullcontext():  # nothing to decode: no Ray
+        run_dir = RunDir.open(output, suite.config(), list(suite.seeds), hardware=driver_hardware(), inputs=inputs,
+                              command=list(sys.argv), verification=verified)
+        for damage in verified.damage:
+            _say(f"spotbench: {damage.line()}; moved to {run_dir.path / 'damaged'} and decoded again")
         try:
-            written, workers = _execute(suite, run_dir, units, skipped, progress, on_write) if units else (0, 0)
+            if units:
+                _execute(suite, run_dir, units, progress, on_write, stats)
             summary = run_dir.write_summary()
         except BaseException as error:
-            run_dir.update_manifest(status="failed", error=f"{type(error).__name__}: {error}")
+            run_dir.end_session("failed", f"{type(error).__name__}: {error}",
+                                duration_s=round(time.monotonic() - started, 1), **asdict(stats))
             raise
-    finally:
-        if owns_ray:
-            import ray
-
-            ray.shutdown()
-    run_dir.update_manifest(status="complete", error=None, rows=sum(summary.column("n").to_pylist()))
-    return RunResult(run_dir, summary, written, skipped, workers)
+    run_dir.end_session("complete", None, duration_s=round(time.monotonic() - started, 1), **asdict(stats))
+    return RunResult(run_dir, summary, stats.written, stats.skipped, stats.workers)
 
 
-def connect(address: str | None) -> bool:
-    """Start a local Ray instance or join the cluster at `address`; False when Ray was already up
-    in this process (a test, a notebook), which then keeps it."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    try:
-        if address:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-        else:
-            ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
-                     object_store_memory=256 * 2**20)
-    except ConnectionError as error:
-        raise UserError(f"no Ray cluster at --address {address}: {error}") from None
-    return True
-
-
-def _execute(suite: Suite, run_dir: RunDir, units: list[Unit], skipped: int, progress: bool,
-             on_write: Callable[[int], None] | None) -> tuple[int, int]:
+def _execute(suite: Suite, run_dir: RunDir, units: list[Unit], progress: bool,
+             on_write: Callable[[int], None] | None, stats: Stats) -> None:
     import ray
     from tqdm import tqdm
 
@@ -124,61 +152,119 @@ def _execute(suite: Suite, run_dir: RunDir, units: list[Unit], skipped: int, pro
         "workers": count, "threads_per_worker": threads})
     options = {"num_gpus": 1, "num_cpus": 1} if gpus else {"num_cpus": threads}
     worker_class = ray.remote(max_restarts=0, **options)(Worker)
-    total = skipped + sum(len(u.groups) for u in units)
-    bar = tqdm(total=total, initial=skipped, unit="group", desc="spotbench run", disable=not progress,
-               file=sys.stderr, dynamic_ncols=True)
-    written = _dispatch(worker_class, count, threads, suite, run_dir, units, bar, on_write)
-    bar.close()
-    return written, count
+    stats.workers = count
+    bar = tqdm(total=stats.skipped + len(units), initial=stats.skipped, unit="group", desc="spotbench run",
+               disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    try:
+        need = {"GPU": 1.0, "CPU": 1.0} if gpus else {"CPU": float(threads)}  # `options` as Ray counts them
+        Dispatcher(lambda: worker_class.remote(suite, threads), need, run_dir, bar, on_write, stats).run(units, count)
+    finally:
+        bar.close()
 
 
-def _dispatch(worker_class: Any, count: int, threads: int, suite: Suite, run_dir: RunDir,
-              units: list[Unit], bar: Any, on_write: Callable[[int], None] | None) -> int:
-    import ray
-    from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+class Dispatcher:
+    """Keeps every live worker busy with up to IN_FLIGHT_PER_WORKER units and writes what comes back.
 
-    queue = deque(units)
-    attempts: dict[Unit, int] = {}
-    actors = [worker_class.remote(suite, threads) for _ in range(count)]
-    in_flight: dict[Any, tuple[int, Any, Unit]] = {}
-    written = 0
+    A dead worker's units are sent again; the worker is replaced when the cluster has room for one,
+    else its slot is dropped and the live workers take its share; with none left the run stops."""
 
-    def feed(index: int) -> None:
-        busy = sum(1 for i, _, _ in in_flight.values() if i == index)
-        while queue and busy < IN_FLIGHT_PER_WORKER:
-            unit = queue.popleft()
-            in_flight[actors[index].evaluate.remote(unit)] = (index, actors[index], unit)
-            busy += 1
+    def __init__(self, new_worker: Callable[[], Any], need: dict[str, float], run_dir: RunDir, bar: Any,
+                 on_write: Callable[[int], None] | None, stats: Stats):
+        self.new_worker, self.need, self.run_dir, self.bar, self.on_write, self.stats = (
+            new_worker, need, run_dir, bar, on_write, stats)
+        self.queue: deque[Unit] = deque()
+        self.attempts: dict[Unit, int] = {}
+        self.actors: dict[int, Any] = {}
+        """Live workers by slot."""
+        self.in_flight: dict[Any, tuple[int, Any, Unit]] = {}
 
-    for index in range(count):
-        feed(index)
-    while in_flight:
-        [ref], _ = ray.wait(list(in_flight), num_returns=1)
-        index, actor, unit = in_flight.pop(ref)
+    def run(self, units: list[Unit], count: int) -> None:
+        import ray
+
+        self.queue.extend(units)
+        self.actors = {slot: self.new_worker() for slot in range(count)}
+        try:
+            self._feed_all()
+            while self.in_flight:
+                [ref], _ = ray.wait(list(self.in_flight), num_returns=1)
+                self._collect(ref)
+        finally:  # free their CPUs now: a Ray instance kept by the caller may run again at once
+            for actor in self.actors.values():
+                ray.kill(actor, no_restart=True)
+
+    def _feed_all(self) -> None:
+        for slot in list(self.actors):
+            busy = sum(1 for s, _, _ in self.in_flight.values() if s == slot)
+            while self.queue and busy < IN_FLIGHT_PER_WORKER:
+                unit = self.queue.popleft()
+                self.in_flight[self.actors[slot].evaluate.remote(unit)] = (slot, self.actors[slot], unit)
+                busy += 1
+
+    def _collect(self, ref: Any) -> None:
+        import ray
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+
+        slot, actor, unit = self.in_flight.pop(ref)
         try:
             groups = ray.get(ref)
         except (RayActorError, ActorDiedError, ActorUnavailableError):
-            attempts[unit] = attempts.get(unit, 0) + 1
-            if attempts[unit] >= MAX_ATTEMPTS:
-                raise RuntimeError(f"{unit.model}/{unit.task}/{unit.sample.sample_id}: its worker died "
-                                   f"{MAX_ATTEMPTS} times") from None
-            if actors[index] is actor:  # first news of this death: replace the actor once
-                ray.kill(actor, no_restart=True)
-                actors[index] = worker_class.remote(suite, threads)
-            queue.appendleft(unit)
+            self._worker_died(slot, actor, unit)
         except RayTaskError as error:
             if isinstance(error.cause, UserError):
                 raise error.cause from None
             raise
         else:
             for rows in groups:
-                if run_dir.write_group(rows):
-                    written += 1
-                bar.update(1)
-                if on_write:
-                    on_write(written)
-        feed(index)
-    return written
+                if self.run_dir.write_group(rows):
+                    self.stats.written += 1
+                self.bar.update(1)
+                if self.on_write:
+                    self.on_write(self.stats.written)
+        self._feed_all()
+
+    def _worker_died(self, slot: int, actor: Any, unit: Unit) -> None:
+        import ray
+
+        self.attempts[unit] = self.attempts.get(unit, 0) + 1
+        if self.attempts[unit] >= MAX_ATTEMPTS:
+            raise RuntimeError(f"{unit.model}/{unit.task}/{unit.sample.sample_id}: its worker died "
+                               f"{MAX_ATTEMPTS} times") from None
+        self.queue.appendleft(unit)
+        self.stats.retries += 1
+        if self.actors.get(slot) is not actor:  # a later unit of a death already handled
+            return
+        ray.kill(actor, no_restart=True)
+        self.stats.worker_deaths += 1
+        if room_for(self.need):
+            self.actors[slot] = self.new_worker()
+            self.stats.replacements += 1
+            _say(self.stats.note("spotbench: a worker died; replaced it and re-sent its units"))
+            return
+        del self.actors[slot]
+        self.stats.workers_lost += 1
+        free = {k: round(v, 2) for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+        if not self.actors:
+            raise ClusterLost(
+                f"every worker was lost ({self.stats.worker_deaths} died, a node gone?) and the cluster has no room "
+                f"for another (needs {self.need}, free {free}); {self.stats.written} groups of this session are "
+                "written: bring the nodes back (or add one) and run the same command again to resume")
+        _say(self.stats.note(f"spotbench: a worker died and the cluster has no room for another (needs {self.need}, "
+                             f"free {free}; a node gone?): its units go to the {len(self.actors)} live workers"))
+
+
+def room_for(need: dict[str, float], wait_s: float = ROOM_WAIT_S) -> bool:
+    """Whether the cluster has the resources of one more worker free, waiting up to `wait_s` for a
+    dead worker's to be released: an actor created without room waits for them for ever."""
+    import ray
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        free = ray.available_resources()
+        if all(free.get(kind, 0.0) >= amount for kind, amount in need.items()):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.25)
 
 
 class Worker:
@@ -209,28 +295,5 @@ def worker_threads(cpus: int, workers: int) -> int:
     return min(threads, int(cap)) if cap.isdigit() and int(cap) > 0 else threads
 
 
-def check_address(address: str) -> None:
-    """Fail fast (and before anything is written) on an address that is not host:port (or auto), or
-    where nothing listens: `ray.init` would raise a traceback or retry for minutes."""
-    if address == "auto":
-        return
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not port.isdigit():
-        raise UserError(f"--address {address} is not host:port; give the Ray head's host:port, or auto")
-    try:
-        socket.create_connection((host or "127.0.0.1", int(port)), timeout=3).close()
-    except OSError as error:
-        raise UserError(f"no Ray cluster at --address {address}: {error.strerror or error}") from None
-
-
-def driver_hardware() -> dict[str, Any]:
-    info: dict[str, Any] = {"host": socket.gethostname(), "platform": platform.platform(),
-                            "cpus": os.cpu_count()}
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    except ImportError:
-        pass
-    return info
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

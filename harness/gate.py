@@ -14,6 +14,13 @@ An arm is (model, proposer, task, temperature, rule, budget). It fails when
 - the arm is missing from the run, or the run did not complete.
 
 Arms of the run without a baseline arm are only checked for exactness.
+
+Before any check, both sides must be trustworthy and comparable: a run directory is verified
+(`harness.store`: a damaged one is refused, naming the damage), a summary.parquet inside a run
+directory is read as that run (so its status counts), a bare one must carry the run metadata
+`harness.results` writes into it, and the two runs' settings that change results (`harness.configs`:
+limit, split, seeds, lengths, precision, checkpoint and data bytes) must agree, unless the caller
+allows the difference (then it is a warning).
 """
 
 from __future__ import annotations
@@ -54,22 +61,58 @@ def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def load_summary(path: str | Path) -> tuple[list[dict[str, Any]], str | None]:
-    """Summary rows and run status of a run directory, or of a bare summary.parquet (status None)."""
-    import pyarrow.parquet as pq  # imported here, so that `spotbench --help` does not wait for them
+@dataclass(frozen=True)
+class Summary:
+    """One side of a gate: its summary rows, the run's status and the record (config, inputs) it was run with."""
 
-    from harness.results import RunDir
+    rows: list[dict[str, Any]]
+    status: str | None
+    record: dict[str, Any]
+    source: str
+
+
+def load_summary(path: str | Path) -> Summary:
+    """A run directory's summary (verified first), or a bare summary.parquet with its metadata."""
+    import json
+
+    from harness import store
+    from harness.results import SCHEMA_VERSION, SUMMARY_METADATA, RunDir
 
     path = Path(path)
+    if path.is_file() and (path.parent / "manifest.json").is_file():
+        path = path.parent  # a run's own summary: the run's status and checks apply
     if path.is_file():
         try:
-            return pq.read_table(path).to_pylist(), None
+            table = store.read_parquet(path)
         except Exception as error:  # pyarrow raises several types for a file that is not Parquet
-            raise UserError(f"cannot read summary {path}: {error}") from None
+            raise UserError(f"cannot read summary {path}: {str(error).splitlines()[0]}") from None
+        raw = (table.schema.metadata or {}).get(SUMMARY_METADATA)
+        if raw is None:
+            raise UserError(f"{path} carries no spotbench run metadata (its config and status): it was written "
+                            f"before schema version {SCHEMA_VERSION} or by another tool; gate against its run directory")
+        record = json.loads(raw)
+        return Summary(table.to_pylist(), record.get("status"), record, str(path))
     if not (path / "manifest.json").exists():
         raise UserError(f"{path} is neither a run directory nor a summary.parquet file")
-    run = RunDir(path)
-    return run.read_summary().to_pylist(), run.manifest().get("status")
+    run = RunDir.existing(path)
+    manifest = run.manifest()
+    damage = run.verify().damage
+    if damage:
+        raise UserError(store.damage_message(run, damage))
+    return Summary(run.read_summary().to_pylist(), manifest.get("status"), manifest, str(path))
+
+
+def config_warning(run: Summary, baseline: Summary, allow: bool) -> str | None:
+    """UserError when the runs differ in settings that change results; with `allow`, the warning."""
+    from harness.configs import result_differences
+
+    differences = result_differences(run.record, baseline.record)
+    if not differences:
+        return None
+    what = f"{run.source} and the baseline {baseline.source} differ in settings that change results: {', '.join(differences)}"
+    if not allow:
+        raise UserError(f"{what}; gate runs made with the same settings, or pass --allow-config-diff to compare anyway")
+    return f"warning: {what}; compared anyway (--allow-config-diff)"
 
 
 def gate(run: list[dict[str, Any]], baseline: list[dict[str, Any]], status: str | None,
@@ -77,7 +120,7 @@ def gate(run: list[dict[str, Any]], baseline: list[dict[str, Any]], status: str 
     from harness.summary import SUMMARY_KEY
 
     checks = []
-    if status not in (None, "complete"):
+    if status != "complete":
         checks.append(Check("(run)", "status", None, None, "complete", False))
     by_key = {tuple(r[k] for k in SUMMARY_KEY): r for r in run}
     for row in run:

@@ -57,6 +57,10 @@ class Group:
     seed: int
     gen_length: int
     block_length: int
+    prompt: str = ""
+    """The prompt text behind `prompt_ids`, stored in every row."""
+    reference: str | None = None
+    """The gold answer (`tasks.base.Sample.reference`), stored in every row; None without a task."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,8 @@ def evaluate_group(target: DLMTarget | ARTarget, group: Group, arms: Sequence[Ar
             temperature=group.temperature, rule=group.rule, budget=arm.budget, seed=group.seed,
             proposer_kind=arm.kind, trained_on=arm.trained_on,
             gen_length=group.gen_length, block_length=group.block_length, exact_mode=exact_mode,
-            prompt_tokens=len(group.prompt_ids), **_metrics("plain", plain), stale_hit_rate=plain.metrics.stale_hit_rate,
+            prompt_tokens=len(group.prompt_ids), prompt=group.prompt, reference=group.reference,
+            **_metrics("plain", plain), stale_hit_rate=plain.metrics.stale_hit_rate,
             **_metrics("spec", spec), draft_nodes=spec.metrics.draft_nodes,
             mean_accept_len=spec.metrics.mean_accept_len, accepted_per_depth=list(spec.metrics.accepted_per_depth),
             stops_leaf=stops[LEAF], stops_position=stops[POSITION], stops_token=stops[TOKEN],
@@ -104,7 +109,8 @@ def evaluate_group(target: DLMTarget | ARTarget, group: Group, arms: Sequence[Ar
             divergence_decision_gap=divergence and divergence.decision_gap, near_tie_tolerance=tolerance,
             completion=completion, correct=plain_score and plain_score.correct,
             score=plain_score and json.dumps(plain_score.details, default=str),
-            spec_completion=spec_completion, spec_correct=spec_score and spec_score.correct, worker=worker,
+            spec_completion=spec_completion, spec_correct=spec_score and spec_score.correct,
+            plain_answer_ids=list(plain.answer_ids), spec_answer_ids=list(spec.answer_ids), worker=worker,
         ))
     return rows
 

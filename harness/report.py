@@ -11,17 +11,24 @@ import html
 from collections import defaultdict
 from typing import Any
 
+from harness.errors import UserError
 from harness.gate import wilson_interval
-from harness.results import RunDir
+from harness.results import ROW_SCHEMA, RunDir
+from harness.store import damage_message
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 W, H, PAD = 360, 220, 42
 
 
 def render_report(run: RunDir) -> str:
+    """The page of a verified run: a damaged one is refused (UserError naming the damage), so a
+    truncated or duplicated file can neither crash the drawing nor count a sample twice."""
+    verification = run.verify()
+    if verification.damage:
+        raise UserError(damage_message(run, verification.damage))
     manifest = run.manifest()
     summary = run.read_summary().to_pylist()
-    rows = run.read_rows().to_pylist()
+    rows = verification.rows(ROW_SCHEMA).to_pylist()
     proposers = sorted({r["proposer"] for r in summary})
     colour = {p: COLOURS[i % len(COLOURS)] for i, p in enumerate(proposers)}
     sections = [
@@ -45,8 +52,12 @@ def write_report(run: RunDir) -> str:
 
 def _header(manifest: dict[str, Any], rows: int) -> str:
     config = manifest.get("config", {})
+    sessions = manifest.get("sessions", [])
     items = [("status", manifest.get("status")), ("rows", rows), ("git", manifest.get("git_revision")),
              ("created", manifest.get("created")), ("schema", manifest.get("schema_version")),
+             ("command", " ".join(manifest.get("command") or [])),
+             ("sessions", f"{len(sessions)} ({sum(s.get('worker_deaths', 0) for s in sessions)} worker deaths, "
+                          f"{len(manifest.get('config_history', []))} extensions)"),
              ("hardware", ", ".join(f"{k}={v}" for k, v in manifest.get("hardware", {}).items())),
              *config.items()]
     cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(_text(v))}</td></tr>" for k, v in items)

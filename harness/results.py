@@ -1,21 +1,26 @@
-"""Run directories: the versioned results schema, atomic per-sample files, the summary, the manifest.
+"""Run directories: the versioned results schema, checked per-sample files, the summary, the manifest.
 
 A run directory (DESIGN.md section 5) holds
 
 - `manifest.json`: schema version, status (`running`, `complete`, `failed`), the config that defines
-  the results, git revision, package versions, hardware and seeds;
-- `samples/<group id>.parquet`: one file per *group* = (model, task, sample_id, temperature, rule,
-  seed), holding one row per (proposer, budget) arm of that group. A group is the unit of work and
-  of writing because its plain reference is computed once and shared by all of its arms, and so that
-  `speedup_wall` compares arms timed on the same worker. The name is a hash of the group key, the
-  file is written to a temporary name and renamed (atomic on POSIX), and an existing file is never
-  rewritten: a resumed run or a retried shard can skip it, so no row is ever written twice;
+  the results and how it grew, the command lines, git revision, package versions, hardware, seeds,
+  sha256 of the checkpoints and data files read, and one record per session (durations, worker
+  deaths, retries, damaged files recomputed);
+- `samples/<group id>-<arms id>.parquet`: one file per *group* = (model, task, sample_id,
+  temperature, rule, seed) and set of (proposer, budget) arms, one row per arm. A group is the unit
+  of work because its plain reference is decoded once and shared by its arms (and `speedup_wall`
+  compares arms timed on the same worker); a run extended with more proposers or budgets adds a
+  second file for the new arms of each finished group instead of decoding the group again. Files
+  are written with Parquet page checksums to a temporary name and renamed (atomic on POSIX), never
+  rewritten, and listed with their sha256 in `index.jsonl` (`harness.store`, which also verifies);
 - `summary.parquet`: one row per (model, proposer, task, temperature, rule, budget), over samples
-  and seeds, written when the run completes (`harness.summary`).
+  and seeds (`harness.summary`), written when the run completes, with the run's config and status
+  in its Parquet metadata so a summary copied on its own still says what it summarizes.
 
-Re-opening a directory with the same config resumes it; a different config (or schema version) is
-refused, because rows of two configs must never be mixed. Settings that do not change results
-(workers, Ray address) are not part of the config.
+Re-opening a directory resumes it, or extends it when the config only grows (`harness.configs`);
+any other config, another schema version or other checkpoint/data bytes are refused, because rows of
+two configs must never be mixed. Settings that do not change results (workers, Ray address) are not
+part of the config.
 """
 
 from __future__ import annotations
@@ -35,14 +40,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from harness import configs, store
 from harness.errors import UserError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 KEY_FIELDS = ("model", "proposer", "task", "sample_id", "temperature", "rule", "budget", "seed")
 GROUP_FIELDS = ("model", "task", "sample_id", "temperature", "rule", "seed")
 STATUSES = ("running", "complete", "failed")
+SUMMARY_METADATA = b"spotbench_run"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -68,6 +74,11 @@ class Row:
     block_length: int
     exact_mode: bool
     prompt_tokens: int
+    # the sample, so a row can be checked and re-scored without the task's data
+    prompt: str
+    """The prompt text the target read (after any template)."""
+    reference: str | None
+    """The gold answer scoring compares against (`tasks.base.Sample.reference`)."""
     # plain reference (computed once per group, repeated in each of its arms)
     plain_nfe: int
     plain_rows: int
@@ -111,6 +122,9 @@ class Row:
     score: str | None
     spec_completion: str
     spec_correct: bool | None
+    plain_answer_ids: list[int]
+    """The generated token ids of the plain reference, up to EOS (what `completion` decodes)."""
+    spec_answer_ids: list[int]
     # provenance
     worker: str
 
@@ -135,9 +149,22 @@ ROW_SCHEMA = arrow_schema(Row)
 
 
 def group_id(group: dict[str, Any]) -> str:
-    """Deterministic file stem of a group: a hash of its key, the same on every machine."""
+    """Deterministic stem of a group's files: a hash of its key, the same on every machine."""
     key = json.dumps([group[f] for f in GROUP_FIELDS], separators=(",", ":"))
     return hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def part_name(group: str, arms: list[tuple[str, int]]) -> str:
+    """File name of a group's rows for a set of arms: the group id, then a hash of the sorted arms
+    (a run extended with new arms writes them beside the group's first file, never over it)."""
+    key = json.dumps(sorted([p, b] for p, b in arms), separators=(",", ":"))
+    return f"{group}-{hashlib.sha256(key.encode()).hexdigest()[:8]}.parquet"
+
+
+def group_label(row: dict[str, Any]) -> str:
+    """A group as people name it, for messages: `model/task/sample T=.. rule seed ..`."""
+    return (f"{row['model']}/{row['task']}/{row['sample_id']} T={row['temperature']:g} {row['rule']} "
+            f"seed {row['seed']}")
 
 
 def row_key(row: dict[str, Any]) -> tuple:
@@ -156,27 +183,24 @@ class RunDir:
     def samples_dir(self) -> Path:
         return self.path / "samples"
 
+    @property
+    def summary_path(self) -> Path:
+        return self.path / "summary.parquet"
+
     @classmethod
-    def open(cls, path: str | Path, config: dict[str, Any], seeds: list[int],
-             hardware: dict[str, Any] | None = None) -> RunDir:
-        """Create the run directory, or resume it when it holds a run of the same config."""
-        run = cls.check(path, config)
-        if run.manifest_path.exists():
-            run._write_manifest(run.manifest() | {"status": "running", "updated": _now()})
-        else:
-            run.samples_dir.mkdir(parents=True, exist_ok=True)
-            run._write_manifest({
-                "schema_version": SCHEMA_VERSION, "status": "running", "created": _now(),
-                "updated": _now(), "config": config, "seeds": seeds, "git_revision": git_revision(),
-                "packages": package_versions(), "hardware": hardware or {},
-            })
-        run.samples_dir.mkdir(exist_ok=True)
-        for stale in run.path.rglob(".tmp-*"):  # left by a killed driver; never read
-            stale.unlink()
+    def existing(cls, path: str | Path) -> RunDir:
+        """A run directory written by this schema version, for commands that read one (UserError if not)."""
+        run = cls(Path(path))
+        if not run.manifest_path.is_file():
+            raise UserError(f"{path} is not a run directory (no manifest.json)")
+        version = run.manifest().get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise UserError(f"{path} holds results of schema version {version}; this spotbench reads version "
+                            f"{SCHEMA_VERSION}: run it again with this version")
         return run
 
     @classmethod
-    def check(cls, path: str | Path, config: dict[str, Any]) -> RunDir:
+    def check(cls, path: str | Path, config: dict[str, Any], inputs: dict[str, Any] | None = None) -> RunDir:
         """Refuse (UserError) a directory that `open` would refuse, without writing anything."""
         run = cls(Path(path))
         if run.manifest_path.exists():
@@ -184,13 +208,56 @@ class RunDir:
             if manifest.get("schema_version") != SCHEMA_VERSION:
                 raise UserError(f"{path} holds results of schema version {manifest.get('schema_version')}, "
                                 f"this spotbench writes version {SCHEMA_VERSION}; use a new output directory")
-            if manifest.get("config") != config:
-                changed = sorted(k for k in config.keys() | manifest.get("config", {}).keys()
-                                 if config.get(k) != manifest.get("config", {}).get(k))
-                raise UserError(f"{path} holds a run of a different config (differs in: {', '.join(changed)}); "
-                                "use a new output directory or the same settings to resume")
+            refused = configs.compare(manifest.get("config", {}), config).refused
+            if refused:
+                raise UserError(
+                    f"{path} holds a run of a different config ({configs.describe(refused)}); a run directory "
+                    "only grows (more items in list settings, a larger --limit): resume with the same settings, "
+                    "extend them, or use a new output directory")
+            changed = configs.input_differences(inputs or {}, manifest.get("inputs", {}))
+            if changed:
+                raise UserError(f"{path} was run with other bytes of the same inputs ({', '.join(changed)}); rows "
+                                "of both would mix: restore them or use a new output directory")
         elif run.path.exists() and (not run.path.is_dir() or any(run.path.iterdir())):
             raise UserError(f"{path} is not empty and is not a spotbench run directory; choose another")
+        return run
+
+    @classmethod
+    def open(cls, path: str | Path, config: dict[str, Any], seeds: list[int], hardware: dict[str, Any] | None = None,
+             inputs: dict[str, Any] | None = None, command: list[str] | None = None,
+             verification: store.Verification | None = None) -> RunDir:
+        """Create the run directory, or resume (or extend) the run it holds: damaged sample files
+        (`verification`, else verified here) move to `damaged/` so their groups are decoded again."""
+        run = cls.check(path, config, inputs)
+        session = {"started": _now(), "command": command}
+        if run.manifest_path.exists():
+            manifest = run.manifest()
+            extended = configs.compare(manifest["config"], config).extended
+            damage = (verification or run.verify()).damage
+            store.quarantine(run, damage)
+            history = manifest.get("config_history", [])
+            if extended:
+                history.append({"at": _now(), "changes": {k: list(v) for k, v in extended.items()}})
+            for stale in (run.summary_path, run.path / "report.html"):  # they describe the run before this one
+                stale.unlink(missing_ok=True)
+            manifest = {k: v for k, v in manifest.items() if k not in ("summary_sha256", "groups", "rows")}
+            previous = manifest.get("inputs", {})
+            run._write_manifest(manifest | {
+                "status": "running", "updated": _now(), "config": config, "seeds": seeds, "config_history": history,
+                "inputs": {kind: previous.get(kind, {}) | (inputs or {}).get(kind, {}) for kind in ("checkpoints", "data")},
+                "sessions": manifest.get("sessions", []) + [session | {
+                    "resumed": True, "extended": {k: list(v) for k, v in extended.items()},
+                    "damaged": [d.line() for d in damage]}]})
+        else:
+            run._write_manifest({
+                "schema_version": SCHEMA_VERSION, "status": "running", "created": _now(), "updated": _now(),
+                "config": config, "config_history": [], "seeds": seeds, "command": command,
+                "git_revision": git_revision(), "packages": package_versions(), "hardware": hardware or {},
+                "inputs": {"checkpoints": {}, "data": {}} | (inputs or {}), "sessions": [session | {"resumed": False}],
+            })
+        run.samples_dir.mkdir(exist_ok=True)
+        for stale in run.path.rglob(".tmp-*"):  # left by a killed driver; never read
+            stale.unlink()
         return run
 
     def manifest(self) -> dict[str, Any]:
@@ -204,44 +271,64 @@ class RunDir:
             raise ValueError(f"unknown status {fields['status']!r}")
         self._write_manifest(self.manifest() | fields | {"updated": _now()})
 
-    def done_groups(self) -> set[str]:
-        return {p.stem for p in self.samples_dir.glob("*.parquet")}
+    def end_session(self, status: str, error: str | None = None, **stats: Any) -> None:
+        """Close this invocation's session record (duration, deaths, retries...) and set the status
+        (and the error that stopped it, if any) for the run."""
+        sessions = self.manifest().get("sessions") or [{}]
+        sessions[-1] |= stats | {"finished": _now(), "status": status, "error": error}
+        self.update_manifest(status=status, error=error, sessions=sessions, resumes=len(sessions) - 1)
+
+    def verify(self) -> store.Verification:
+        return store.verify(self)
 
     def write_group(self, rows: list[Row]) -> bool:
-        """Write one group's rows atomically; False (and nothing written) if the group is done."""
+        """Write one group's rows (one per arm) atomically and index them; False (and nothing
+        written) if a file of that group and those arms is already there."""
         records = [dataclasses.asdict(r) for r in rows]
         ids = {group_id(r) for r in records}
         if len(ids) != 1:
             raise ValueError(f"rows of {len(ids)} groups given; write one group at a time")
-        final = self.samples_dir / f"{ids.pop()}.parquet"
+        arms = sorted({(r["proposer"], r["budget"]) for r in records})
+        if len(arms) != len(records):
+            raise ValueError("an arm appears twice in one group's rows")
+        group = ids.pop()
+        final = self.samples_dir / part_name(group, arms)
         if final.exists():
             return False
-        table = pa.Table.from_pylist(records, schema=ROW_SCHEMA)
-        temp = final.with_name(f".tmp-{final.stem}-{os.getpid()}")
-        pq.write_table(table, temp)
-        os.replace(temp, final)
+        digest = store.write_parquet(pa.Table.from_pylist(records, schema=ROW_SCHEMA), final)
+        store.append_index(self, {"file": final.name, "group": group, "label": group_label(records[0]),
+                                  "arms": [list(a) for a in arms], "rows": len(records), "sha256": digest,
+                                  "written": _now()})
         return True
 
     def read_rows(self) -> pa.Table:
-        files = sorted(self.samples_dir.glob("*.parquet"))
-        if not files:
-            return ROW_SCHEMA.empty_table()
-        return pa.concat_tables([pq.read_table(f, schema=ROW_SCHEMA) for f in files])
+        """Every row of the run, each once; UserError naming the damage if any file fails `verify`."""
+        verification = self.verify()
+        if verification.damage:
+            raise UserError(store.damage_message(self, verification.damage))
+        return verification.rows(ROW_SCHEMA)
 
     def write_summary(self) -> pa.Table:
+        """Summarize the verified rows into summary.parquet, with the run's config in its metadata,
+        and record its sha256 and the run's size (groups, rows) in the manifest."""
         from harness.summary import summarize
 
-        table = summarize(self.read_rows())
-        temp = self.path / ".tmp-summary.parquet"
-        pq.write_table(table, temp)
-        os.replace(temp, self.path / "summary.parquet")
+        rows = self.read_rows()
+        manifest = self.manifest()
+        provenance = {"schema_version": SCHEMA_VERSION, "status": "complete", "run": str(self.path),
+                      **{k: manifest.get(k) for k in ("config", "seeds", "inputs", "git_revision")}}
+        table = summarize(rows)
+        table = table.replace_schema_metadata((table.schema.metadata or {}) | {
+            SUMMARY_METADATA: json.dumps(provenance, sort_keys=True).encode()})
+        digest = store.write_parquet(table, self.summary_path)
+        groups = len({group_id(r) for r in rows.select(list(GROUP_FIELDS)).to_pylist()})
+        self.update_manifest(summary_sha256=digest, groups=groups, rows=rows.num_rows)
         return table
 
     def read_summary(self) -> pa.Table:
-        path = self.path / "summary.parquet"
-        if not path.exists():
+        if not self.summary_path.exists():
             raise UserError(f"{self.path} has no summary.parquet (the run has not completed)")
-        return pq.read_table(path)
+        return store.read_parquet(self.summary_path)
 
     def _write_manifest(self, manifest: dict[str, Any]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)

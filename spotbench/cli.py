@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "spotbench.commands.run",
     "spotbench.commands.gate",
     "spotbench.commands.report",
+    "spotbench.commands.verify",
 ]
 
 

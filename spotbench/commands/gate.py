@@ -1,7 +1,8 @@
 """`spotbench gate RUN_DIR --baseline BASELINE`: a release gate (thresholds in harness/gate.py).
 
 Exit status: 0 when every check passes, 1 with a table of the failing checks otherwise, 2 for bad
-input (a path that is not a run directory or a summary).
+input: a path that is not a run directory or a summary, a damaged run (`spotbench verify` lists the
+damage), or two runs whose settings that change results differ (without --allow-config-diff).
 """
 
 from __future__ import annotations
@@ -24,15 +25,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="relative band around the baseline's speedup_wall")
     parser.add_argument("--z", type=float, default=default.z, help="z of the Wilson bound on accuracy")
     parser.add_argument("--all", action="store_true", help="show passing checks too")
+    parser.add_argument("--allow-config-diff", action="store_true",
+                        help="compare runs whose settings differ (limit, split, seeds, lengths, ...) with a warning")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.gate import Thresholds, gate, load_summary, render
+    import sys
 
-    rows, status = load_summary(args.run_dir)
-    baseline, _ = load_summary(args.baseline)
-    checks = gate(rows, baseline, status,
-                  Thresholds(args.accept_fraction, args.nfe_band, args.wall_band, args.z))
+    from harness.gate import Thresholds, config_warning, gate, load_summary, render
+    from harness.validation import Fraction, NonNegative, check_value
+
+    # thresholds first: nan, a fraction above 1, a negative band or z would fail a run against itself
+    thresholds = Thresholds(check_value(Fraction, args.accept_fraction, "--accept-fraction"),
+                            check_value(NonNegative, args.nfe_band, "--nfe-band"),
+                            check_value(NonNegative, args.wall_band, "--wall-band"),
+                            check_value(NonNegative, args.z, "--z"))
+    run_summary, baseline = load_summary(args.run_dir), load_summary(args.baseline)
+    warning = config_warning(run_summary, baseline, args.allow_config_diff)
+    if warning:
+        print(f"spotbench: {warning}", file=sys.stderr)
+    checks = gate(run_summary.rows, baseline.rows, run_summary.status, thresholds)
     print(render(checks, args.all))
     return 0 if all(c.ok for c in checks) else 1

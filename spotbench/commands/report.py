@@ -1,4 +1,8 @@
-"""`spotbench report RUN_DIR`: write RUN_DIR/report.html (self-contained; see harness/report.py)."""
+"""`spotbench report RUN_DIR`: write RUN_DIR/report.html (self-contained; see harness/report.py).
+
+Exit status 2 (one line) for a path that is not a run directory of this schema version, a run that
+has not completed, or a damaged one (`spotbench verify` lists the damage).
+"""
 
 from __future__ import annotations
 
@@ -12,13 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from harness.errors import UserError
     from harness.report import write_report
     from harness.results import RunDir
 
-    if not (Path(args.run_dir) / "manifest.json").exists():
-        raise UserError(f"{args.run_dir} is not a run directory (no manifest.json)")
-    print(write_report(RunDir(Path(args.run_dir))))
+    print(write_report(RunDir.existing(args.run_dir)))
     return 0

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from cluster.runner import run_suite
+from cluster.runner import room_for, run_suite
 from cluster.suite import Suite
 from harness.results import KEY_FIELDS
 
@@ -46,6 +46,49 @@ def test_every_row_once_and_a_rerun_writes_nothing(tmp_path) -> None:
 
 
 @pytest.mark.slow
+def test_a_damaged_group_is_named_and_decoded_again_on_resume(tmp_path, capsys) -> None:
+    suite = Suite(**{**SUITE.__dict__, "limit": 2, "temperatures": (0.0,)})
+    first = run_suite(suite, tmp_path / "run", progress=False)
+    damaged = sorted(first.run_dir.samples_dir.glob("*.parquet"))[0]
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    capsys.readouterr()
+    again = run_suite(suite, tmp_path / "run", progress=False)
+    assert (again.written, again.skipped) == (1, 1)
+    err = capsys.readouterr().err
+    assert f"samples/{damaged.name} (tiny-random:sdar/arith/test/" in err and "decoded again" in err
+    assert not again.run_dir.verify().damage and set(keys(again.run_dir).values()) == {1}
+    assert (tmp_path / "run" / "damaged").is_dir()
+    session = again.run_dir.manifest()["sessions"][-1]
+    assert session["resumed"] and len(session["damaged"]) == 1 and session["written"] == 1
+
+
+@pytest.mark.slow
+def test_a_finished_run_is_extended_reusing_every_finished_group(tmp_path) -> None:
+    small = Suite(**{**SUITE.__dict__, "proposers": ("confidence",), "budgets": (0,), "limit": 2})
+    first = run_suite(small, tmp_path / "run", progress=False)
+    before = {p.name: p.stat().st_mtime_ns for p in first.run_dir.samples_dir.iterdir()}
+    original = {(r["sample_id"], r["temperature"]): r["plain_answer_ids"] for r in first.run_dir.read_rows().to_pylist()}
+    bigger = Suite(**{**SUITE.__dict__, "proposers": ("confidence", "oracle"), "budgets": (0, 4), "limit": 3})
+    result = run_suite(bigger, tmp_path / "run", progress=False)
+    # 4 finished groups get a file with their 3 new arms, 2 new groups are decoded whole; nothing is rewritten
+    assert (result.written, result.skipped) == (6, 0)
+    assert {p.name: p.stat().st_mtime_ns for p in result.run_dir.samples_dir.iterdir() if p.name in before} == before
+    counts = keys(result.run_dir)
+    assert len(counts) == 3 * 2 * 2 * 2 and set(counts.values()) == {1}
+    assert {r["n"] for r in result.summary.to_pylist()} == {3}
+    for row in result.run_dir.read_rows().to_pylist():  # the reference decoded again is the same reference
+        assert original.get((row["sample_id"], row["temperature"]), row["plain_answer_ids"]) == row["plain_answer_ids"]
+    manifest = result.run_dir.manifest()
+    assert manifest["config"] == bigger.config() and manifest["status"] == "complete"
+    assert set(manifest["config_history"][0]["changes"]) == {"proposers", "budgets", "limit"}
+
+
+def test_room_for_a_worker_reads_the_free_resources() -> None:
+    assert room_for({"CPU": 1}, wait_s=5)
+    assert not room_for({"CPU": 3}, wait_s=0.5)  # more than the instance has: never
+
+
+@pytest.mark.slow
 def test_a_killed_worker_is_replaced_and_every_row_lands_once(tmp_path) -> None:
     suite = Suite(**{**SUITE.__dict__, "limit": 6, "temperatures": (0.0,), "workers": 1})
     killed: list[int] = []
@@ -63,7 +106,11 @@ def test_a_killed_worker_is_replaced_and_every_row_lands_once(tmp_path) -> None:
     assert killed and len(counts) == 6 * 4 and set(counts.values()) == {1}
     workers = {r["worker"].rsplit(":", 1)[1] for r in result.run_dir.read_rows().to_pylist()}
     assert str(killed[0]) in workers and len(workers) == 2  # the replacement finished the run
-    assert result.run_dir.manifest()["status"] == "complete"
+    manifest = result.run_dir.manifest()
+    assert manifest["status"] == "complete"
+    assert {k: manifest["sessions"][-1][k] for k in ("worker_deaths", "replacements", "workers_lost")} == {
+        "worker_deaths": 1, "replacements": 1, "workers_lost": 0}
+    assert manifest["sessions"][-1]["retries"] >= 1
 
 
 @pytest.mark.slow

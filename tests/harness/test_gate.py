@@ -1,5 +1,7 @@
 import dataclasses
+import shutil
 
+import pyarrow.parquet as pq
 import pytest
 
 from cluster.evaluate import Evaluator, Unit
@@ -21,8 +23,8 @@ def rows() -> list[dict]:
             for r in g]
 
 
-def write_run(path, rows, status="complete") -> str:
-    run = RunDir.open(path, SUITE.config(), [0])
+def write_run(path, rows, status="complete", config=SUITE.config()) -> str:
+    run = RunDir.open(path, config, [0])
     groups: dict[str, list] = {}
     for row in rows:
         groups.setdefault(group_id(row), []).append(row)
@@ -79,3 +81,43 @@ def test_a_small_accuracy_drop_within_the_wilson_bound_passes(rows) -> None:
 def test_bad_paths_are_exit_2(tmp_path, capsys) -> None:
     assert main(["gate", str(tmp_path), "--baseline", str(tmp_path)]) == 2
     assert "neither a run directory nor a summary" in capsys.readouterr().err
+
+
+def test_runs_of_other_settings_are_refused_unless_allowed(tmp_path, rows, capsys) -> None:
+    base = write_run(tmp_path / "base", rows)
+    other = SUITE.config() | {"limit": 5, "seeds": [0, 1]}
+    run = write_run(tmp_path / "run", rows, config=other)
+    assert main(["gate", run, "--baseline", base]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "differ in settings that change results: limit (5 vs 4), seeds ([0, 1] vs [0])" in err
+    assert "--allow-config-diff" in err and "\n" not in err
+    assert main(["gate", run, "--baseline", f"{base}/summary.parquet"]) == 2  # the bare summary carries its config
+    capsys.readouterr()
+    assert main(["gate", run, "--baseline", base, "--allow-config-diff"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("spotbench: warning: ") and "gate: PASS" in captured.out
+    # arms are matched by key: another budget list is a missing arm, not a refusal
+    more = write_run(tmp_path / "more", rows, config=SUITE.config() | {"budgets": [4, 8]})
+    assert main(["gate", more, "--baseline", base]) == 0
+
+
+def test_the_status_of_a_run_counts_through_its_summary_file(tmp_path, rows, capsys) -> None:
+    base = write_run(tmp_path / "base", rows)
+    failed = write_run(tmp_path / "failed", rows, status="failed")
+    assert main(["gate", f"{failed}/summary.parquet", "--baseline", base]) == 1
+    assert any(line.split()[1] == "status" for line in capsys.readouterr().out.splitlines()[1:-1])
+    # a copy of the same file outside its run is judged by the status written into it
+    copy = tmp_path / "copy.parquet"
+    shutil.copy(f"{base}/summary.parquet", copy)
+    assert main(["gate", str(copy), "--baseline", base]) == 0
+
+
+def test_a_summary_without_run_metadata_and_a_damaged_run_are_refused(tmp_path, rows, capsys) -> None:
+    base = write_run(tmp_path / "base", rows)
+    bare = tmp_path / "bare.parquet"
+    pq.write_table(pq.read_table(f"{base}/summary.parquet").replace_schema_metadata(None), bare)
+    assert main(["gate", base, "--baseline", str(bare)]) == 2
+    assert "carries no spotbench run metadata" in capsys.readouterr().err
+    next((tmp_path / "base" / "samples").glob("*.parquet")).unlink()
+    assert main(["gate", base, "--baseline", base]) == 2
+    assert "is damaged: samples/" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 import dataclasses
 import hashlib
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -10,7 +11,9 @@ from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
 from harness.errors import UserError
 from harness.bootstrap import interval
-from harness.results import ROW_SCHEMA, SCHEMA_VERSION, Row, RunDir, group_id
+from harness.configs import compare
+from harness.results import ROW_SCHEMA, SCHEMA_VERSION, SUMMARY_METADATA, Row, RunDir, group_id, part_name
+from harness.store import sha256_file
 from harness.summary import _joint_draws, summarize
 from tasks.registry import get_task
 
@@ -39,52 +42,107 @@ def test_rows_match_the_schema_and_carry_both_arms(groups) -> None:
     assert oracle.proposer_kind == "oracle" and oracle.mean_accept_len >= row["mean_accept_len"]
     assert oracle.stops_leaf + oracle.stops_position + oracle.stops_token + oracle.stops_no_draft == oracle.spec_nfe
 
-def test_groups_are_written_once_atomically_under_a_hash_of_their_key(tmp_path, groups) -> None:
+
+def test_rows_carry_the_prompt_the_gold_answer_and_the_generated_ids(groups) -> None:
+    sample = get_task("arith").load("test", limit=1)[0]
+    row = groups[0][1]
+    assert sample.question in row.prompt and row.reference == sample.reference
+    assert len(row.plain_answer_ids) == row.plain_tokens and len(row.spec_answer_ids) == row.spec_tokens
+    assert row.spec_answer_ids == row.plain_answer_ids  # an exact arm generates the reference's ids
+    assert all(isinstance(i, int) for i in row.plain_answer_ids)
+
+
+def test_groups_are_written_once_atomically_with_a_recorded_digest(tmp_path, groups) -> None:
     run = RunDir.open(tmp_path / "run", SUITE.config(), [0])
     assert run.write_group(groups[0]) is True
-    path = run.samples_dir / f"{group_id(dataclasses.asdict(groups[0][0]))}.parquet"
+    arms = [(r.proposer, r.budget) for r in groups[0]]
+    path = run.samples_dir / part_name(group_id(dataclasses.asdict(groups[0][0])), arms)
     before = path.stat().st_mtime_ns
     assert run.write_group(groups[0]) is False
     assert path.stat().st_mtime_ns == before
     table = pq.read_table(path)
     assert table.schema.metadata[b"spotbench_schema_version"] == str(SCHEMA_VERSION).encode()
     assert table.num_rows == 4 and not list(run.samples_dir.glob(".tmp-*"))
+    [entry] = [json.loads(line) for line in (run.path / "index.jsonl").read_text().splitlines()]
+    assert entry["file"] == path.name and entry["rows"] == 4 and entry["sha256"] == sha256_file(path)
+    assert sorted(map(tuple, entry["arms"])) == sorted(arms)
     with pytest.raises(ValueError, match="one group"):
         run.write_group(groups[0] + groups[1])
+    with pytest.raises(ValueError, match="arm appears twice"):
+        run.write_group(groups[1] + groups[1][:1])
 
-def test_group_id_is_a_fixed_function_of_the_key() -> None:
+
+def test_group_id_and_file_names_are_fixed_functions_of_the_key() -> None:
     key = {"model": "m", "task": "t", "sample_id": "test/0", "temperature": 0.0, "rule": "top1", "seed": 0}
     assert group_id(key) == group_id(dict(reversed(list(key.items()))))
     assert group_id(key) != group_id(key | {"seed": 1})
     # the name format is part of the schema: changing it would orphan every existing run directory
     assert group_id(key) == hashlib.sha256(b'["m","t","test/0",0.0,"top1",0]').hexdigest()[:20]
+    arms_hash = hashlib.sha256(b'[["a",2],["b",4]]').hexdigest()[:8]
+    assert part_name("g", [("b", 4), ("a", 2)]) == f"g-{arms_hash}.parquet" == part_name("g", [("a", 2), ("b", 4)])
 
-def test_reopening_resumes_the_same_config_and_refuses_another(tmp_path, groups) -> None:
+
+def test_config_changes_that_extend_and_that_refuse() -> None:
+    old = SUITE.config()
+    grown = compare(old, old | {"budgets": [0, 4, 8], "limit": 5, "seeds": [0, 1], "proposers": ["oracle", "confidence"]})
+    assert set(grown.extended) == {"budgets", "limit", "seeds", "proposers"} and not grown.refused
+    for setting, value in (("gen_length", 32), ("block_length", 16), ("exact", True), ("split", "train"),
+                           ("limit", 1), ("budgets", [4]), ("num_fewshot", 2)):
+        assert set(compare(old, old | {setting: value}).refused) == {setting}, setting
+    assert set(compare(old, old | {"new_setting": 1}).refused) == {"new_setting"}  # unknown: refused
+    assert not compare(old, dict(old)).extended and not compare(old, dict(old)).refused
+
+
+def test_reopening_resumes_extends_and_refuses(tmp_path, groups) -> None:
     run = RunDir.open(tmp_path / "run", SUITE.config(), [0])
     run.write_group(groups[0])
     (run.samples_dir / ".tmp-left-by-a-killed-driver").write_text("x")
-    again = RunDir.open(tmp_path / "run", SUITE.config(), [0])
-    assert again.done_groups() == {group_id(dataclasses.asdict(groups[0][0]))}
+    again = RunDir.open(tmp_path / "run", SUITE.config(), [0], command=["spotbench", "run"])
+    assert set(again.verify().done_arms()) == {group_id(dataclasses.asdict(groups[0][0]))}
     assert not list(run.samples_dir.glob(".tmp-*"))
-    other = Suite(**{**SUITE.__dict__, "limit": 3}).config()
-    with pytest.raises(UserError, match="different config.*limit"):
-        RunDir.open(tmp_path / "run", other, [0])
+    bigger = Suite(**{**SUITE.__dict__, "limit": 3, "budgets": (0, 4, 8)}).config()
+    RunDir.open(tmp_path / "run", bigger, [0])
+    manifest = run.manifest()
+    assert manifest["config"] == bigger and len(manifest["sessions"]) == 3
+    assert manifest["config_history"][0]["changes"] == {"budgets": [[0, 4], [0, 4, 8]], "limit": [2, 3]}
+    assert manifest["sessions"][1]["command"] == ["spotbench", "run"] and manifest["sessions"][2]["extended"]
+    for change, named in (({"limit": 2}, "limit 3 -> 2"), ({"gen_length": 32}, "gen_length 16 -> 32"),
+                          ({"budgets": [0, 4]}, "budgets [0, 4, 8] -> [0, 4]")):
+        with pytest.raises(UserError, match=f"different config .*{re.escape(named)}"):
+            RunDir.open(tmp_path / "run", bigger | change, [0])
+    assert run.manifest() == manifest  # a refusal writes nothing
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "file").write_text("x")
     with pytest.raises(UserError, match="not a spotbench run directory"):
         RunDir.open(tmp_path / "junk", SUITE.config(), [0])
 
+
+def test_other_bytes_of_a_recorded_input_are_refused(tmp_path) -> None:
+    inputs = {"checkpoints": {"spot:x": "a" * 64}, "data": {"gsm8k_test.jsonl": "b" * 64}}
+    RunDir.open(tmp_path / "run", SUITE.config(), [0], inputs=inputs)
+    RunDir.open(tmp_path / "run", SUITE.config(), [0], inputs=inputs | {"checkpoints": {"spot:y": "c" * 64}})
+    assert RunDir(tmp_path / "run").manifest()["inputs"]["checkpoints"] == {"spot:x": "a" * 64, "spot:y": "c" * 64}
+    with pytest.raises(UserError, match="other bytes .*checkpoint spot:x"):
+        RunDir.open(tmp_path / "run", SUITE.config(), [0], inputs={"checkpoints": {"spot:x": "d" * 64}})
+
+
 def test_manifest_records_provenance(tmp_path) -> None:
-    run = RunDir.open(tmp_path / "run", SUITE.config(), [0], hardware={"cpus": 2})
+    run = RunDir.open(tmp_path / "run", SUITE.config(), [0], hardware={"cpus": 2}, command=["spotbench", "run"])
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["schema_version"] == SCHEMA_VERSION and manifest["status"] == "running"
     assert manifest["config"] == SUITE.config() and manifest["seeds"] == [0]
     assert manifest["packages"]["pyarrow"] and manifest["hardware"] == {"cpus": 2}
     assert manifest["git_revision"] is None or len(manifest["git_revision"]) >= 40
-    run.update_manifest(status="complete")
-    assert run.manifest()["status"] == "complete"
+    assert manifest["command"] == ["spotbench", "run"] and manifest["sessions"][0]["resumed"] is False
+    run.end_session("complete", duration_s=1.5, worker_deaths=1, retries=2)
+    manifest = run.manifest()
+    assert manifest["status"] == "complete" and manifest["resumes"] == 0
+    assert manifest["sessions"][0] | {"finished": None} == {
+        "started": manifest["sessions"][0]["started"], "command": ["spotbench", "run"], "resumed": False,
+        "finished": None, "status": "complete", "error": None, "duration_s": 1.5, "worker_deaths": 1, "retries": 2}
     with pytest.raises(ValueError):
         run.update_manifest(status="done")
+
 
 def test_summary_is_ratios_of_sums_per_arm(tmp_path, groups) -> None:
     run = RunDir.open(tmp_path / "run", SUITE.config(), [0])
@@ -104,7 +162,12 @@ def test_summary_is_ratios_of_sums_per_arm(tmp_path, groups) -> None:
     broken = [r | {"exact": False, "verdict": "logic-error"} if i == 0 else r for i, r in enumerate(rows)]
     worst = summarize(pa.Table.from_pylist(broken, schema=ROW_SCHEMA)).to_pylist()
     assert sorted(r["exact_rate"] for r in worst)[0] == 0.5
-    assert pq.read_table(tmp_path / "run" / "summary.parquet").num_rows == 4
+    summary_file = pq.read_table(tmp_path / "run" / "summary.parquet")
+    assert summary_file.num_rows == 4
+    record = json.loads(summary_file.schema.metadata[SUMMARY_METADATA])
+    assert record["config"] == SUITE.config() and record["status"] == "complete"
+    assert run.manifest()["summary_sha256"] == sha256_file(tmp_path / "run" / "summary.parquet")
+    assert run.manifest()["groups"] == 2 and run.manifest()["rows"] == 8
 
 
 def test_speedup_interval_resamples_prompts_with_their_seeds_together() -> None:

@@ -1,0 +1,124 @@
+"""Joining Ray: a private local instance by default, an existing cluster only when --address names it.
+
+- **Local runs are isolated.** `ray.init()` with no address joins whatever `RAY_ADDRESS` or the last
+  `ray start` on the machine (its address file in the default temp dir) points at, and then refuses
+  our local-only options with a raw ValueError. A run without --address therefore starts its own
+  instance (`address="local"`) in a temp dir of its own, in its own namespace, and removes the dir
+  after a clean finish; a stray cluster is neither joined nor disturbed.
+- **Failures before Ray's retries.** An address is checked with a TCP connect (seconds, not Ray's
+  minute of retries), and a cluster with token authentication is asked once, directly, whether it
+  accepts us: Ray itself reports a missing token as a failed connection after 15 s of log lines.
+- **stdout is the command's.** Ray prints worker deaths (`(raylet) A worker died ...`) to stdout from
+  a background thread; while Ray runs, stdout goes to stderr, so the summary table stays parseable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from harness.errors import UserError
+
+NAMESPACE = "spotbench"
+LOCAL_OBJECT_STORE = 256 * 2**20
+TOKEN_HELP = ("set RAY_AUTH_MODE=token and make the cluster's token available here: copy ~/.ray/auth_token from "
+              "the head node, or set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH)")
+
+
+def check_address(address: str) -> None:
+    """Fail fast (and before anything is written) on an address that is not host:port (or auto), where
+    nothing listens, or whose cluster would refuse our token: `ray.init` would retry for a long time."""
+    if address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        raise UserError(f"--address {address} is not host:port; give the Ray head's host:port, or auto")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=3).close()
+    except OSError as error:
+        raise UserError(f"no Ray cluster at --address {address}: {error.strerror or error}") from None
+    if not address.startswith("ray://"):
+        check_token(f"{host or '127.0.0.1'}:{port}", address)
+
+
+def auth_token() -> tuple[str | None, str]:
+    """The token Ray would send and where it comes from (Ray's order: variable, path, default file)."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"].strip(), "RAY_AUTH_TOKEN"
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").expanduser()
+    try:
+        return path.read_text().strip() or None, str(path)
+    except OSError:
+        return None, str(path)
+
+
+def check_token(target: str, address: str) -> None:
+    """Ask the cluster's GCS once whether it accepts this driver; a one-line UserError naming
+    RAY_AUTH_MODE or the token file when it does not. Other failures are left to `ray.init`."""
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    token_mode = os.environ.get("RAY_AUTH_MODE", "").strip().lower() == "token"
+    token, source = auth_token()
+    if token_mode and token is None:
+        raise UserError(f"RAY_AUTH_MODE=token is set but there is no Ray token ({source} is missing or empty, "
+                        "RAY_AUTH_TOKEN is unset): copy ~/.ray/auth_token from the head node of --address "
+                        f"{address}, or set RAY_AUTH_TOKEN")
+    metadata = [("authorization", f"Bearer {token}")] if token_mode else []
+    with grpc.insecure_channel(target) as channel:
+        try:
+            gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
+                gcs_service_pb2.GetClusterIdRequest(), timeout=10, metadata=metadata)
+        except grpc.RpcError as error:
+            if error.code() != grpc.StatusCode.UNAUTHENTICATED:
+                return
+            if token_mode:
+                raise UserError(f"the Ray cluster at --address {address} rejected the token from {source}: "
+                                "copy ~/.ray/auth_token from its head node (or set RAY_AUTH_TOKEN)") from None
+            raise UserError(f"the Ray cluster at --address {address} requires token authentication "
+                            f"(RAY_AUTH_MODE is {os.environ.get('RAY_AUTH_MODE') or 'unset'}): {TOKEN_HELP}") from None
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None) -> Iterator[None]:
+    """Ray for the length of a run: joins `address`, or starts a private local instance; keeps one
+    already started in this process (a test, a notebook) and leaves it running. Ray's messages go
+    to stderr meanwhile."""
+    import ray
+
+    temp_dir = None
+    owned = not ray.is_initialized()
+    with contextlib.redirect_stdout(sys.stderr):
+        if owned:
+            temp_dir = None if address else tempfile.mkdtemp(prefix="spotbench-ray-", dir="/tmp")
+            _init(address, temp_dir)
+        clean = False
+        try:
+            yield
+            clean = True
+        finally:
+            if owned:
+                ray.shutdown()
+                if temp_dir and clean:  # kept after a failure: Ray's worker logs are in it
+                    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _init(address: str | None, temp_dir: str | None) -> None:
+    import ray
+
+    options = {"logging_level": logging.WARNING, "log_to_driver": False, "namespace": NAMESPACE}
+    try:
+        if address:
+            ray.init(address=address, **options)
+        else:  # "local": never RAY_ADDRESS nor the address file of a `ray start` on this machine
+            ray.init(address="local", _temp_dir=temp_dir, include_dashboard=False,
+                     object_store_memory=LOCAL_OBJECT_STORE, **options)
+    except ConnectionError as error:
+        raise UserError(f"no Ray cluster at --address {address}: {error}") from None

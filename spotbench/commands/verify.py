@@ -1,0 +1,31 @@
+"""`spotbench verify RUN_DIR`: check every sample file of a run against its index and schema.
+
+Exit status: 0 when every file is intact (one summary line), 1 with one line per damaged, missing or
+duplicated file (`harness.store`), 2 for bad input (not a run directory, an unreadable manifest, a
+run of another schema version). `run` (on resume), `report` and `gate` run the same checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("verify", help="check a run directory's files (checksums, one row per key)")
+    parser.add_argument("run_dir", help="run directory (spotbench run --output)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.results import RunDir
+
+    directory = RunDir.existing(args.run_dir)
+    verification = directory.verify()
+    for damage in verification.damage:
+        print(f"{directory.path}/{damage.line()}")
+    if verification.damage:
+        return 1
+    rows = sum(t.num_rows for t in verification.parts.values())
+    print(f"{directory.path}: ok: {len(verification.done_arms())} groups in {len(verification.parts)} files, "
+          f"{rows} rows, each once (sha256 and Parquet page checksums match)")
+    return 0
