@@ -14,6 +14,9 @@ no child drafted, on a drafted position with another token, or with nothing draf
     python benchmarks/replay_proposers.py --targets sdar-a,dream-a --tasks arith,gsm8k --limit 40 \\
         --proposers confidence,confidence-branch,spot --checkpoints /tmp/my-spot,/tmp/run1+/tmp/run2
 
+Proposers are registry names (`spiffy:DIR` and `spot:PATH` included); a Spiffy graph calibrated for
+another target or block length is refused (`proposers.check_arm_for_model`).
+
 Choosing between checkpoints on test prompts makes the test numbers optimistic: `--split train
 --start N` replays train prompts past the ones a recipe collected (the registry's `spot` was trained
 on arith 0-499 and GSM8K 0-2999, `zoo/proposers/spot-sdar-a` on arith 0-499 and GSM8K 0-1499).
@@ -22,6 +25,7 @@ on arith 0-499 and GSM8K 0-2999, `zoo/proposers/spot-sdar-a` on arith 0-499 and 
 from __future__ import annotations
 
 import argparse
+import itertools
 from collections import Counter
 from pathlib import Path
 
@@ -30,7 +34,7 @@ from harness.decoding import DecodeConfig, Generation, parse_rule, plain_decode
 from harness.decoding.replay import replay
 from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
 from harness.targets.registry import load_target
-from proposers import build_proposer
+from proposers import build_proposer, check_arm_for_model
 from proposers.spot import SpotEnsemble, SpotNet, SpotProposer, load_spot
 from tasks.base import prompt_ids
 from tasks.registry import get_task
@@ -82,6 +86,8 @@ def main() -> None:
     nets = {"+".join(Path(f).name for f in c.split("+")): load_checkpoints(c) for c in args.checkpoints.split(",") if c}
     print(f"{'target':8s} {'task':6s} {'T':>3s} {'proposer':18s} " + " ".join(f"b={b:<5d}" for b in budgets)
           + "  vs best confidence")
+    for target_name, name in itertools.product(args.targets.split(","), names):
+        check_arm_for_model(name, target_name, args.block_length)  # before any decoding: a Spiffy graph's fit
     for target_name in args.targets.split(","):
         target = load_target(target_name)
         rule = parse_rule("top1", target.family, target.mask_id)
