@@ -1,35 +1,28 @@
 """Reading a recipe (a YAML mapping) into a frozen dataclass, with one-line errors.
 
 Every trained artefact (zoo targets, SPOT proposers) is rebuilt from a committed recipe, so a typo in
-a key must fail loudly rather than silently fall back to a default.
+a key must fail loudly rather than silently fall back to a default, and a value of the wrong type or
+range must fail when the recipe is read, before any folder is made. A recipe's field annotations are
+its schema (types from harness/validation.py); a flag that overrides a field goes through the same
+validator as the line of the file it replaces.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-import yaml
-
-from harness.errors import UserError
+from harness.validation import check_fields, construct, read_mapping
 
 RecipeT = TypeVar("RecipeT")
 
 
-def load_recipe(cls: type[RecipeT], path: str | Path) -> RecipeT:
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise UserError(f"cannot read recipe {path}: {error}") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"recipe {path} must be a YAML mapping")
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise UserError(f"recipe {path}: unknown keys {unknown}; allowed: {sorted(known)}")
-    try:
-        return cls(**raw)
-    except (TypeError, ValueError) as error:
-        raise UserError(f"recipe {path}: {error}") from None
+def load_recipe(cls: type[RecipeT], path: str | Path, flags: Mapping[str, Any] | None = None) -> RecipeT:
+    """The recipe at `path`; `flags` (field name -> value, None = not given) replace its values and
+    are named `--field-name` in messages."""
+    where = f"recipe {path}"
+    settings = check_fields(cls, read_mapping(path, "recipe"), lambda name: f"{where}: {name}")
+    given = {name: value for name, value in (flags or {}).items() if value is not None}
+    settings |= check_fields(cls, given, lambda name: "--" + name.replace("_", "-"))
+    return construct(cls, settings, where)

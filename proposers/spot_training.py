@@ -23,6 +23,8 @@ from harness.recipes import load_recipe
 from harness.results import git_revision
 from harness.targets.target import DLMTarget
 from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
+from harness.validation import (Count, Fraction, NonNegative, NonNegativeInt, Positive, Seed, Text, accepts, listed,
+                                options_of)
 from proposers.spot import CONFIG_FILE, SpotConfig, SpotEnsemble, SpotNet, joint_logp, load_spot, save_spot
 from proposers.spot_collection import ChunkMap, Job, Views, collect_all, collection_of
 
@@ -32,23 +34,23 @@ STATE_FILE = "train_state.pt"
 
 @dataclass(frozen=True)
 class SpotRecipe:
-    name: str
-    target: str
-    tasks: dict[str, int]
+    name: Text
+    target: Text
+    tasks: dict[Text, Count]
     """Task name -> number of train-split prompts (zero-shot)."""
-    temperatures: tuple[float, ...] = (0.0, 1.0)
-    gen_length: int = 64
-    block_length: int = 32
-    seed: int = 0
-    steps: int = 1500
-    batch_size: int = 256
-    learning_rate: float = 1e-3
-    warmup_steps: int = 100
+    temperatures: listed(NonNegative) = (0.0, 1.0)
+    gen_length: Count = 64
+    block_length: Count = 32
+    seed: Seed = 0
+    steps: Count = 1500
+    batch_size: Count = 256
+    learning_rate: Positive = 1e-3
+    warmup_steps: NonNegativeInt = 100
     depth_decay: float = 1.0
     """Examples are drawn with probability proportional to depth_decay ** depth. Every tree path starts
     at depth 0 and a node's share of the walk falls with its depth, while a view yields up to
     `max_depth` examples, most of them deep; below 1 this spends the steps where the tree is."""
-    training_seed: int | None = None
+    training_seed: accepts(int, "a whole number in [0, 2**64)", optional=True, ge=0, lt=2**64) = None
     """Seeds the network's initialization and the order of examples; None means `seed`. The collected
     data and the validation split depend on `seed` alone, so recipes that differ only here train on
     one collection (link its trajectories.pt into each run folder) and measure the spread between
@@ -67,10 +69,10 @@ class SpotRecipe:
     """With teachers, the loss is (1 - w) * the recorded commits' NLL + w * the cross-entropy from
     the teachers' mixture over (next position, token outcome), the pair whose probability the tree
     multiplies along a path."""
-    weight_decay: float = 0.01
-    validation_fraction: float = 0.1
-    checkpoint_every: int = 250
-    model: dict = field(default_factory=dict)
+    weight_decay: NonNegative = 0.01
+    validation_fraction: Fraction = 0.1
+    checkpoint_every: Count = 250
+    model: options_of(SpotConfig) = field(default_factory=dict)
     """`SpotConfig` fields."""
 
     def __post_init__(self) -> None:

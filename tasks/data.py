@@ -3,13 +3,21 @@
 Local files win because they are byte-identical to the published data and need no network; the hub
 is used only when the files are absent and a quick check says it is reachable (never waiting on
 network timeouts, and never when HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set).
+
+A local file (JSON lines, gzipped when its name ends in .gz) is read line by line, giving the rows
+`datasets`' json loader gives, so that a damaged one (truncated, empty, not JSON, a row without a
+field the task reads) is a one-line error naming the file and line, not a traceback from the loader
+or a KeyError in the task.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -31,6 +39,8 @@ class Source:
     hub_id: str
     hub_config: str | None = None
     hub_split: str = "test"
+    fields: tuple[str, ...] = ()
+    """The keys every row must have: those the task reads."""
 
 
 def data_dir(override: str | os.PathLike | None = None) -> tuple[Path, str]:
@@ -77,21 +87,54 @@ def status(source: Source, override: str | None = None) -> str:
 
 
 def load_rows(task: str, source: Source, override: str | None = None) -> list[dict[str, Any]]:
-    """All rows of one split as plain dicts, loaded through `datasets`."""
-    import datasets
-
-    datasets.disable_progress_bars()
+    """All rows of one split as plain dicts: the local file's, else the hub's (through `datasets`)."""
     directory, chosen_by = data_dir(override)
     path = directory / source.filename
     if path.is_file():
-        dataset = datasets.load_dataset("json", data_files=str(path), split="train")
-    elif hub_reachable():
-        dataset = datasets.load_dataset(source.hub_id, source.hub_config, split=source.hub_split)
-    else:
-        why = "HF_HUB_OFFLINE is set" if hub_offline() else "the Hugging Face hub is not reachable"
-        raise UserError(
-            f"task {task}: no data: {path} does not exist (data dir from {chosen_by}) and {why} "
-            f"(hub id {source.hub_id}); put {source.filename} in a folder and pass --data-dir DIR "
-            f"or set {DATA_ENV}=DIR"
-        )
-    return dataset.to_list()
+        return read_rows(task, source, path)
+    if hub_reachable():
+        import datasets
+
+        datasets.disable_progress_bars()
+        return datasets.load_dataset(source.hub_id, source.hub_config, split=source.hub_split).to_list()
+    why = "HF_HUB_OFFLINE is set" if hub_offline() else "the Hugging Face hub is not reachable"
+    raise UserError(
+        f"task {task}: no data: {path} does not exist (data dir from {chosen_by}) and {why} "
+        f"(hub id {source.hub_id}); put {source.filename} in a folder and pass --data-dir DIR "
+        f"or set {DATA_ENV}=DIR"
+    )
+
+
+def read_rows(task: str, source: Source, path: Path) -> list[dict[str, Any]]:
+    """The rows of a local JSON-lines file, each a JSON object with the source's fields."""
+    def fail(problem: str) -> UserError:
+        return UserError(f"task {task}: {path} {problem}; replace it with the published file "
+                         f"(hub id {source.hub_id}) or remove it to load the split from the hub")
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows = []
+    try:
+        with opener(path, "rt", encoding="utf-8") as lines:
+            for number, line in enumerate(lines, 1):
+                if line.strip():
+                    rows.append(_row(line, number, source.fields, fail))
+    except OSError as error:  # unreadable, or not gzip data
+        raise fail(f"cannot be read ({error.strerror or error})") from None
+    except (EOFError, UnicodeDecodeError):  # a gzip stream cut short; bytes that are not text
+        raise fail("is truncated or not UTF-8 text") from None
+    if not rows:
+        raise fail("has no rows")
+    return rows
+
+
+def _row(line: str, number: int, fields: tuple[str, ...], fail: Callable[[str], UserError]) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise fail(f"line {number} is not JSON ({error.msg}): the file is truncated or not JSON lines") from None
+    if not isinstance(row, dict):
+        raise fail(f"line {number} is not a JSON object")
+    missing = [name for name in fields if name not in row]
+    if missing:
+        raise fail(f"line {number} has no {', '.join(missing)} (each row needs {', '.join(fields)})")
+    return row

@@ -13,9 +13,10 @@ from typing import Any
 from tasks import data, metrics
 from tasks.base import Sample, SelfCheck, cut, render, self_check
 
+FIELDS = ("question", "answer")
 SOURCES = {
-    "test": data.Source("gsm8k_test.jsonl", "openai/gsm8k", "main", "test"),
-    "train": data.Source("gsm8k_train.jsonl", "openai/gsm8k", "main", "train"),
+    "test": data.Source("gsm8k_test.jsonl", "openai/gsm8k", "main", "test", FIELDS),
+    "train": data.Source("gsm8k_train.jsonl", "openai/gsm8k", "main", "train", FIELDS),
 }
 INSTRUCTION = "Solve the problem step by step. End with a line '#### <number>'."
 

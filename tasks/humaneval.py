@@ -16,7 +16,8 @@ from typing import Any
 from tasks import data, metrics
 from tasks.base import Sample, SelfCheck, cut, render, self_check
 
-SOURCE = data.Source("HumanEval.jsonl.gz", "openai/openai_humaneval", None, "test")
+SOURCE = data.Source("HumanEval.jsonl.gz", "openai/openai_humaneval", None, "test",
+                     ("task_id", "prompt", "canonical_solution", "test", "entry_point"))
 INSTRUCTION = "Complete the following Python function. Reply with the completed code only."
 
 

@@ -13,7 +13,8 @@ from typing import Any
 from tasks import data, metrics
 from tasks.base import Sample, SelfCheck, cut, render, self_check
 
-SOURCE = data.Source("math500_test.jsonl", "HuggingFaceH4/MATH-500", None, "test")
+SOURCE = data.Source("math500_test.jsonl", "HuggingFaceH4/MATH-500", None, "test",
+                     ("unique_id", "problem", "solution", "answer", "subject", "level"))
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
 

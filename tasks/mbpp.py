@@ -16,7 +16,7 @@ from tasks.answers import code_block
 from tasks.base import Sample, SelfCheck, cut, render, self_check
 
 SOURCE = data.Source("mbpp.jsonl", "google-research-datasets/mbpp", "full",
-                     "train+test+validation+prompt")
+                     "train+test+validation+prompt", ("task_id", "text", "code", "test_list", "test_setup_code"))
 SPLITS = {"test": range(11, 511), "train": range(601, 975), "validation": range(511, 601),
           "prompt": range(1, 11)}
 FEWSHOT_IDS = (2, 3, 4)

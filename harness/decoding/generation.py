@@ -9,7 +9,6 @@ compares); `answer_ids` cuts it at the first EOS (what gets decoded and scored).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -18,10 +17,17 @@ from torch import Tensor
 from harness.decoding.metrics import Metrics
 from harness.decoding.rules import Rule, StepRecord, Transition
 from harness.errors import UserError
+from harness.validation import NonNegative, Seed, check_value
+
+BOUNDED_CONFIDENCES = ("prob", "tempered_prob", "margin")
+"""Confidences in [0, 1]: a threshold above 1 is never reached and one at or below 0 always is."""
 
 
 @dataclass(frozen=True)
 class DecodeConfig:
+    """What one generation is asked for, checked by the validators that check the same settings in
+    suites and flags (library callers get the command line's errors)."""
+
     rule: Rule
     gen_length: int = 64
     block_length: int = 16
@@ -29,10 +35,16 @@ class DecodeConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise UserError(f"the temperature must be finite and >= 0, got {self.temperature}")
-        if not 0 <= self.seed < 2**64:
-            raise UserError(f"the seed must be in [0, 2**64), got {self.seed}")
+        check_value(NonNegative, self.temperature, "the temperature")
+        check_value(Seed, self.seed, "the seed")
+        check_rule(self.rule)
+
+
+def check_rule(rule: Rule) -> None:
+    """A threshold inside the range of the rule's confidences, where it means what it says."""
+    if rule.name == "threshold" and rule.confidence in BOUNDED_CONFIDENCES and not 0 < rule.tau <= 1:
+        raise UserError(f"rule {rule} has tau outside (0, 1], the range of {rule.confidence} confidences; "
+                        "give a tau in (0, 1], e.g. threshold:0.9")
 
 
 @dataclass

@@ -25,6 +25,7 @@ from harness.targets.model import DLMTransformer, ModelConfig, MoEConfig
 from harness.targets.target import DLMTarget
 from harness.training.objective import Example, build_batch, diffusion_loss
 from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
+from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text, options_of
 
 STATE_FILE = "train_state.pt"
 REPORT_FILE = "training.json"
@@ -33,24 +34,26 @@ MODEL_DIR = "model"
 
 @dataclass(frozen=True)
 class Recipe:
-    name: str
-    family: str
-    model: dict
+    """Field types are the recipe's schema (harness/validation.py), checked by `load_recipe`."""
+
+    name: Text
+    family: Text
+    model: options_of(ModelConfig, exclude=("vocab_size",))
     """`ModelConfig` fields except vocab_size (taken from the tokenizer); `moe` as a dict."""
-    tasks: list[str]
-    seed: int = 0
-    block_length: int = 32
-    answer_length: int = 128
-    prompt_max_tokens: int = 160
-    steps: int = 1000
-    batch_size: int = 32
-    learning_rate: float = 1e-3
-    warmup_steps: int = 50
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    checkpoint_every: int = 100
-    validation_examples: int = 256
-    tokenizer: str = "zoo/tokenizer"
+    tasks: list[Text]
+    seed: NonNegativeInt = 0
+    block_length: Count = 32
+    answer_length: Count = 128
+    prompt_max_tokens: Count = 160
+    steps: Count = 1000
+    batch_size: Count = 32
+    learning_rate: Positive = 1e-3
+    warmup_steps: NonNegativeInt = 50
+    weight_decay: NonNegative = 0.01
+    grad_clip: Positive = 1.0
+    checkpoint_every: Count = 100
+    validation_examples: NonNegativeInt = 256
+    tokenizer: Text = "zoo/tokenizer"
 
     @staticmethod
     def load(path: str | Path) -> Recipe:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 from harness.errors import UserError
@@ -27,51 +26,58 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="target: tiny-random:<family>[:seed] or a checkpoint folder")
     parser.add_argument("--proposer", default="confidence",
                         help="oracle, oracle-order, confidence, confidence-branch, spot or spot:CHECKPOINT_DIR")
-    parser.add_argument("--budget", type=int, default=8,
-                        help="most draft nodes per pass (0 = plain decoding)")
-    parser.add_argument("--rule", default="top1", help="top1 or threshold:TAU")
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--gen-length", type=int, default=64)
-    parser.add_argument("--block-length", type=int, default=16)
+    # numbers stay text here: the suite's field validators check them, as they check a suite file
+    parser.add_argument("--budget", default="8", help="most draft nodes per pass (0 = plain decoding)")
+    parser.add_argument("--rule", default="top1", help="top1 or threshold:TAU, TAU in (0, 1]")
+    parser.add_argument("--temperature", default="0")
+    parser.add_argument("--seed", default="0", help="noise seed in [0, 2**64)")
+    parser.add_argument("--gen-length", default="64")
+    parser.add_argument("--block-length", default="16")
     parser.add_argument("--exact", action="store_true", help="exactness mode: float64, rows one by one")
-    parser.add_argument("--near-tie", type=float, default=None,
-                        help="decision gap below which a divergence is a near-tie (default: by dtype)")
+    parser.add_argument("--near-tie", help="decision gap below which a divergence is a near-tie (default: by dtype)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per prompt")
     parser.set_defaults(func=run)
+
+
+FLAGS = {"models": "--model", "proposers": "--proposer", "budgets": "--budget", "rules": "--rule",
+         "temperatures": "--temperature", "seeds": "--seed", "gen_length": "--gen-length",
+         "block_length": "--block-length"}
+"""This command's flag for each suite setting, for messages."""
 
 
 def run(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from harness.decoding import parse_rule
+    from cluster.suite import build_suite
     from harness.lossless import near_tie_tolerance
     from harness.pipeline import Group, evaluate_group
     from harness.targets.registry import load_target
+    from harness.validation import NonNegative, check_value
     from proposers import arms, build_proposer
 
     prompts = read_prompts(args)
-    if args.budget < 0:
-        raise UserError(f"--budget must be >= 0, got {args.budget}")
-    [arm] = arms([args.proposer], [args.budget])
-    if args.near_tie is not None and not (math.isfinite(args.near_tie) and args.near_tie >= 0):
-        raise UserError(f"--near-tie must be a finite number >= 0, got {args.near_tie}")
+    # one group of a suite, checked as a run checks it; a list of one each, so a comma is no second value
+    suite = build_suite({}, {"models": [args.model], "proposers": [args.proposer], "budgets": [args.budget],
+                             "rules": [args.rule], "temperatures": [args.temperature], "seeds": [args.seed],
+                             "gen_length": args.gen_length, "block_length": args.block_length}, FLAGS)
+    near_tie = None if args.near_tie is None else check_value(NonNegative, args.near_tie, "--near-tie")
+    [arm] = arms(suite.proposers, suite.budgets)
+    [(temperature, rule, seed)] = suite.groups()
     target = load_target(args.model)
     if args.exact:
         target = target.exact()
     if target.tokenizer is None:
         raise UserError(f"target {args.model!r} has no tokenizer to encode text prompts")
-    parse_rule(args.rule, target.family, target.mask_id)  # a bad rule fails before any decoding
-    tolerance = args.near_tie if args.near_tie is not None else near_tie_tolerance(target.dtype)
+    tolerance = near_tie if near_tie is not None else near_tie_tolerance(target.dtype)
     status = 0
     for index, text in enumerate(prompts):
         ids = tuple(target.tokenizer.encode(text, add_special_tokens=False))
-        group = Group(target.name, "prompt", str(index), ids, args.temperature, args.rule, args.seed,
-                      args.gen_length, args.block_length)
+        group = Group(target.name, "prompt", str(index), ids, temperature, rule, seed,
+                      suite.gen_length, suite.block_length)
         [row] = evaluate_group(target, group, [arm], build_proposer, None, args.exact, tolerance)
         if row.verdict == "logic-error" or (args.exact and not row.exact):
             status = 1
-        result = {"prompt": text} | dataclasses.asdict(row)
+        result = dataclasses.asdict(row) | {"prompt": text}
         print(json.dumps(result) if args.json else render(index, result))
     return status
 

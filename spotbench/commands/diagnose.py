@@ -21,18 +21,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", default="sdar-a", help="zoo name, tiny-random:<family> or a folder")
     parser.add_argument("--task", default="arith", help="task name (spotbench tasks list)")
     parser.add_argument("--split", default="test")
-    parser.add_argument("--limit", type=int, default=20, help="number of prompts")
-    parser.add_argument("--fewshot", type=int, help="override the task's number of few-shot examples")
-    parser.add_argument("--gen-length", type=int, default=128)
-    parser.add_argument("--block-length", type=int, default=32)
+    # numbers stay text here: the suite's field validators check them, as they check a suite file
+    parser.add_argument("--limit", default="20", help="number of prompts")
+    parser.add_argument("--fewshot", help="override the task's number of few-shot examples")
+    parser.add_argument("--gen-length", default="128")
+    parser.add_argument("--block-length", default="32")
     parser.add_argument("--rule", default="top1")
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", default="0")
+    parser.add_argument("--seed", default="0")
     parser.add_argument("--proposer", default="confidence")
-    parser.add_argument("--budget", type=int, default=8)
-    parser.add_argument("--samples", type=int, default=3, help="sample outputs to show")
+    parser.add_argument("--budget", default="8")
+    parser.add_argument("--samples", default="3", help="sample outputs to show")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
+
+
+FLAGS = {"models": "--model", "proposers": "--proposer", "tasks": "--task", "split": "--split", "limit": "--limit",
+         "temperatures": "--temperature", "rules": "--rule", "budgets": "--budget", "seeds": "--seed",
+         "gen_length": "--gen-length", "block_length": "--block-length", "num_fewshot": "--fewshot"}
+"""This command's flag for each suite setting, for messages."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,22 +52,27 @@ def run(args: argparse.Namespace) -> int:
     from harness.errors import UserError
     from harness.results import ROW_SCHEMA
     from harness.summary import summarize
+    from harness.validation import NonNegativeInt, check_value
 
-    suite = build_suite({"num_fewshot": args.fewshot}, {
-        "models": [args.model], "proposers": [args.proposer], "tasks": [args.task], "split": args.split,
-        "limit": args.limit, "temperatures": [args.temperature], "rules": [args.rule], "budgets": [args.budget],
-        "seeds": [args.seed], "gen_length": args.gen_length, "block_length": args.block_length})
+    # one value each: a list of one, so that a comma is not read as a second value
+    flags = {"models": [args.model], "proposers": [args.proposer], "tasks": [args.task], "split": args.split,
+             "limit": args.limit, "temperatures": [args.temperature], "rules": [args.rule],
+             "budgets": [args.budget], "seeds": [args.seed], "gen_length": args.gen_length,
+             "block_length": args.block_length, "num_fewshot": args.fewshot}
+    # without --fewshot each task keeps its own default, unlike a run (zero-shot zoo models)
+    suite = build_suite({"num_fewshot": None}, flags, FLAGS)
+    shown = check_value(NonNegativeInt, args.samples, "--samples")
     evaluator = Evaluator(suite)
     task = evaluator.task(args.task)
-    if args.fewshot and not hasattr(task, "num_fewshot"):
+    if suite.num_fewshot and not hasattr(task, "num_fewshot"):
         raise UserError(f"task {args.task!r} is zero-shot only; drop --fewshot")
-    samples = task.load(args.split, limit=args.limit)
+    samples = task.load(suite.split, limit=suite.limit)
     rows = [dataclasses.asdict(row) for sample in samples
             for group in evaluator.evaluate(Unit(args.model, args.task, sample, suite.groups())) for row in group]
     [summary] = summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
     report = summary | {"samples": [
         {"question": sample.question, "output": row["completion"], "correct": row["correct"]}
-        for sample, row in list(zip(samples, rows))[: args.samples]]}
+        for sample, row in list(zip(samples, rows))[:shown]]}
     if args.json:
         print(json.dumps(report))
         return 0

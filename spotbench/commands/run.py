@@ -13,34 +13,26 @@ import argparse
 import sys
 
 
-def _list(kind: type):
-    def parse(text: str) -> list:
-        try:
-            return [kind(item) for item in text.split(",") if item.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values, got {text!r}")
-    return parse
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("run", help="run a benchmark suite over Ray workers into a run directory")
     parser.add_argument("--suite", help="YAML suite file (flags override its settings)")
     parser.add_argument("--output", "-o", help="run directory (default: runs/<suite name>)")
-    parser.add_argument("--models", type=_list(str), help="comma-separated targets")
-    parser.add_argument("--proposers", type=_list(str))
-    parser.add_argument("--tasks", type=_list(str))
+    # values stay text here: the suite's field validators check them, as they check a suite file
+    parser.add_argument("--models", help="comma-separated targets")
+    parser.add_argument("--proposers", help="comma-separated proposers")
+    parser.add_argument("--tasks", help="comma-separated tasks")
     parser.add_argument("--split")
-    parser.add_argument("--limit", type=int, help="prompts per task")
-    parser.add_argument("--temperatures", type=_list(float))
-    parser.add_argument("--rules", type=_list(str), help="top1 and/or threshold:TAU")
-    parser.add_argument("--budgets", type=_list(int))
-    parser.add_argument("--seeds", type=_list(int))
-    parser.add_argument("--gen-length", type=int)
-    parser.add_argument("--block-length", type=int)
-    parser.add_argument("--fewshot", type=int, help="few-shot examples for tasks that have them")
+    parser.add_argument("--limit", help="prompts per task")
+    parser.add_argument("--temperatures", help="comma-separated temperatures >= 0")
+    parser.add_argument("--rules", help="top1 and/or threshold:TAU, TAU in (0, 1]")
+    parser.add_argument("--budgets", help="comma-separated draft budgets >= 0")
+    parser.add_argument("--seeds", help="comma-separated seeds in [0, 2**64)")
+    parser.add_argument("--gen-length")
+    parser.add_argument("--block-length")
+    parser.add_argument("--fewshot", help="few-shot examples for tasks that have them")
     parser.add_argument("--exact", action="store_true", default=None,
                         help="exactness mode: float64 targets, rows evaluated one by one")
-    parser.add_argument("--workers", type=int, help="Ray workers (default: one per GPU, else per CPU)")
+    parser.add_argument("--workers", help="Ray workers (default: one per GPU, else per CPU)")
     parser.add_argument("--address", help="an existing Ray cluster (host:port or auto); default: local")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--transfer", action="store_true",

@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check = commands.add_parser("check", help="score each task's reference answers against itself")
     check.add_argument("tasks", nargs="*", metavar="TASK", help="tasks to check (default: all)")
     check.add_argument("--data-dir", help=data_help)
-    check.add_argument("--limit", type=int, help="check only the first N samples of each task")
+    check.add_argument("--limit", help="check only the first N samples of each task (N >= 1)")
     check.add_argument("--json", action="store_true",
                        help="one JSON object per line per task: task, checked, passed, failures")
     check.set_defaults(func=run_check)
@@ -46,13 +46,15 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from harness.validation import Count, check_value
     from tasks.registry import get_task, task_names
 
+    limit = None if args.limit is None else check_value(Count, args.limit, "--limit")
     tasks = [get_task(name) for name in (args.tasks or task_names())]  # unknown names fail first
     all_ok = True
     for task in tasks:
         start = time.monotonic()
-        result = task.self_check(args.data_dir, args.limit)
+        result = task.self_check(args.data_dir, limit)
         seconds = round(time.monotonic() - start, 1)
         all_ok &= result.ok
         if args.json:

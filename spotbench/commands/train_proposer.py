@@ -19,41 +19,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("recipe", help="recipe YAML, e.g. zoo/proposers/spot-sdar-a.yaml")
     parser.add_argument("--out", required=True, help="checkpoint folder")
     parser.add_argument("--run-dir", help="collected data and resumable state (default: OUT/run)")
-    parser.add_argument("--steps", type=int, help="override the recipe's number of steps")
-    parser.add_argument("--workers", type=int, default=1,
+    parser.add_argument("--steps", help="override the recipe's number of steps (checked like its steps:)")
+    parser.add_argument("--workers", default="1",
                         help="collect with this many processes (Ray, one CPU each; the data does not change)")
     parser.add_argument("--address", help="collect on an existing Ray cluster (host:port or auto); default: local")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
     import functools
 
     import torch
 
     from cluster.ordered import map_in_order
     from cluster.runner import check_address
-    from harness.errors import UserError
+    from harness.recipes import load_recipe
     from harness.targets.registry import load_target
+    from harness.validation import Count, check_value
     from proposers.spot_collection import recipe_jobs
     from proposers.spot_training import SpotRecipe, train
     from tasks.registry import train_prompts
 
     torch.set_num_threads(1)
-    recipe = SpotRecipe.load(args.recipe)
-    if args.steps:
-        recipe = dataclasses.replace(recipe, steps=args.steps)
+    recipe = load_recipe(SpotRecipe, args.recipe, {"steps": args.steps})
+    workers = check_value(Count, args.workers, "--workers")
     out = Path(args.out)
-    if args.workers < 1:
-        raise UserError(f"--workers must be at least 1, not {args.workers}")
     if args.address:
         check_address(args.address)  # now, not after the teachers load and the bar starts
     target = load_target(recipe.target)
     jobs = recipe_jobs(recipe, train_prompts(recipe.tasks, target.tokenizer))
     map_chunks = None
-    if args.workers > 1 or args.address:
-        map_chunks = functools.partial(map_in_order, workers=args.workers, address=args.address)
+    if workers > 1 or args.address:
+        map_chunks = functools.partial(map_in_order, workers=workers, address=args.address)
     report = train(recipe, target, jobs, Path(args.run_dir) if args.run_dir else out / "run", out, map_chunks)
     print(json.dumps({k: report[k] for k in ("provenance", "examples", "validation", "steps")}))
     return 0

@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     target.add_argument("recipe", help="recipe YAML, e.g. zoo/recipes/sdar-a.yaml")
     target.add_argument("--out", required=True, help="run folder; re-running resumes from it")
-    target.add_argument("--steps", type=int, help="override the recipe's number of steps")
+    target.add_argument("--steps", help="override the recipe's number of steps (checked like its steps:)")
     target.set_defaults(func=run_target)
 
 
@@ -37,18 +37,15 @@ def run_tokenizer(args: argparse.Namespace) -> int:
 
 
 def run_target(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from transformers import AutoTokenizer
 
     from harness.errors import UserError
+    from harness.recipes import load_recipe
     from harness.training.corpus import encode_examples
     from tasks.registry import train_pairs
     from harness.training.train_target import Recipe, train
 
-    recipe = Recipe.load(args.recipe)
-    if args.steps:
-        recipe = dataclasses.replace(recipe, steps=args.steps)
+    recipe = load_recipe(Recipe, args.recipe, {"steps": args.steps})
     tokenizer_dir = Path(recipe.tokenizer)
     if not (tokenizer_dir / "tokenizer.json").exists():
         raise UserError(

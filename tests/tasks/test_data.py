@@ -1,3 +1,4 @@
+import gzip
 import json
 from pathlib import Path
 
@@ -52,3 +53,26 @@ def test_local_files_load_from_the_given_data_dir(tmp_path):
     samples = task.load(data_dir=str(tmp_path))
     assert [s.reference for s in samples] == ["1", "2", "3"]
     assert task.data_status(str(tmp_path)).startswith("local ")
+
+
+ROWS = [{"task_id": 1, "text": "café ✓", "test_list": ["assert f(1) == 2", "x"], "level": 3, "score": 0.5},
+        {"task_id": 2, "text": "b", "test_list": [], "level": 4, "score": 1.0}]
+SOURCE = data.Source("rows.jsonl", "hub/rows", fields=("task_id", "text"))
+
+
+@pytest.mark.parametrize("name", ["rows.jsonl", "rows.jsonl.gz"])
+def test_local_rows_are_those_of_the_datasets_json_loader(tmp_path, name):
+    import datasets
+
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in ROWS)
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    loaded = datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / "c"))
+    assert data.read_rows("t", SOURCE, path) == loaded.to_list() == ROWS
+
+
+def test_a_row_without_a_field_names_the_line_and_the_field(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n" + json.dumps({"task_id": 3}) + "\n")
+    with pytest.raises(UserError, match=r"line 2 has no text \(each row needs task_id, text\)"):
+        data.read_rows("t", SOURCE, path)

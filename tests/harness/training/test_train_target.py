@@ -76,7 +76,7 @@ def test_a_run_folder_of_another_recipe_is_refused(tmp_path) -> None:
 def test_bad_recipe_files_are_one_line_errors(tmp_path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nfamily: sdar\nmodel: {}\ntasks: []\nsteps_typo: 3\n")
-    with pytest.raises(UserError, match="unknown keys"):
+    with pytest.raises(UserError, match="steps_typo is an unknown setting"):
         Recipe.load(bad)
     bad.write_text("[1, 2")
     with pytest.raises(UserError, match="cannot read recipe"):

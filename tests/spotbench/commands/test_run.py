@@ -39,7 +39,7 @@ def test_flags_override_the_file_and_lists_are_typed(tmp_path) -> None:
     (["--proposers", "oracle:x"], "proposer 'oracle' takes no argument"),
     (["--tasks", "nope"], "unknown task 'nope'"),
     (["--rules", "median"], "unknown rule 'median'"),
-    (["--budgets", "-1"], "budgets must be >= 0"),
+    (["--budgets", "-1"], "--budgets must be a whole number >= 0, got -1"),
     (["--gen-length", "20"], "must be a positive multiple"),
     (["--address", "127.0.0.1:1"], "no Ray cluster at --address 127.0.0.1:1"),
     (["--address", "head-node"], "--address head-node is not host:port"),
@@ -55,9 +55,9 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args,
 @pytest.mark.parametrize("text, message", [
     ("models: [sdar-a\n", "not valid YAML (line 2)"),
     ("- a list\n", "must be a mapping"),
-    ("modles: [sdar-a]\n", "unknown setting 'modles'"),
-    ("limit: many\n", "limit must be int"),
-    ("budgets: [true]\n", "budgets must be int"),
+    ("modles: [sdar-a]\n", "modles is an unknown setting"),
+    ("limit: many\n", "limit must be a whole number >= 1, got many"),
+    ("budgets: [true]\n", "budgets must be a whole number >= 0, got True"),
 ])
 def test_a_malformed_suite_is_one_line_exit_2(tmp_path, capsys, text, message) -> None:
     path = tmp_path / "suite.yaml"
@@ -76,7 +76,7 @@ def test_an_output_directory_of_another_config_is_refused_untouched(tmp_path, ca
     assert "different config" in capsys.readouterr().err
     assert (out / "manifest.json").read_text() == before
     with pytest.raises(UserError, match="seeds must be"):
-        build_suite({}, {"seeds": [2**63]})
+        build_suite({}, {"seeds": [2**64]})
 
 
 

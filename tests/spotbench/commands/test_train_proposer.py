@@ -39,7 +39,7 @@ def test_train_proposer_writes_the_checkpoint_and_prints_its_report(recipe, tmp_
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--workers", "0"], "--workers must be at least 1, not 0"),
+    (["--workers", "0"], "--workers must be a whole number >= 1, got 0"),
     (["--address", "127.0.0.1:1"], "no Ray cluster at --address 127.0.0.1:1"),
     (["--address", "head-node"], "--address head-node is not host:port"),
 ])
