@@ -176,6 +176,14 @@ CASES = {
                                    replaced("spot", "depth_decay: 2")),
     "spot-workers-0": Case(["train-proposer", "recipe.yaml", "--out", "out", "--workers", "0"],
                            "--workers must be a whole number >= 1", {"recipe.yaml": SPOT_RECIPE}),
+    # gate thresholds (checked before either run is read)
+    "gate-accept-fraction-nan": Case(["gate", "run", "--baseline", "run", "--accept-fraction", "nan"],
+                                     "--accept-fraction must be a finite number in [0, 1]"),
+    "gate-accept-fraction-above-1": Case(["gate", "run", "--baseline", "run", "--accept-fraction", "1.5"],
+                                         "--accept-fraction must be a finite number in [0, 1]"),
+    "gate-z-negative": Case(["gate", "run", "--baseline", "run", "--z", "-3"], "--z must be a finite number >= 0"),
+    "gate-band-negative": Case(["gate", "run", "--baseline", "run", "--nfe-band", "-0.1"], "--nfe-band must be"),
+    "gate-wall-band-inf": Case(["gate", "run", "--baseline", "run", "--wall-band", "inf"], "--wall-band must be"),
 }
 
 
