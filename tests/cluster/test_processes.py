@@ -6,6 +6,7 @@ end, so nothing outlives the test (a SIGKILLed driver cannot stop its own local 
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -102,28 +103,54 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_address_runs_on_an_existing_ray_head(tmp_path) -> None:
-    # Ray sends its token (~/.ray/auth_token) to an explicit address only when told to
-    env = ENV | {"RAY_AUTH_MODE": "token"}
+def start_head(env: dict[str, str], temp_dir: str | None = None,
+               ready: Path | None = None) -> tuple[subprocess.Popen, int]:
+    """A Ray head in a process group of its own (killed by `kill_group`), once its port answers (and
+    `ready` exists)."""
     port = free_port()
-    temp_dir = tempfile.mkdtemp(prefix="rh", dir="/tmp")  # short: Ray's socket paths live under it
     ray_cli = str(Path(sys.executable).with_name("ray"))
     head = subprocess.Popen([ray_cli, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
-                             "--num-cpus=1", "--include-dashboard=false", f"--temp-dir={temp_dir}", "--block"],
+                             "--num-cpus=1", "--include-dashboard=false", "--block",
+                             *([f"--temp-dir={temp_dir}"] if temp_dir else [])],
                             env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            if ready is None or ready.exists():
+                return head, port
+            raise OSError("not ready")
+        except OSError:
+            assert head.poll() is None and time.monotonic() < deadline, "the Ray head did not start"
+            time.sleep(0.5)
+
+
+def test_address_runs_on_an_existing_ray_head_and_names_token_failures(tmp_path) -> None:
+    # A head with token authentication, its token in a home of its own (`ray start` needs one there)
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text(secrets.token_hex(32))
+    env = ENV | {"RAY_AUTH_MODE": "token", "HOME": str(home)}
+    temp_dir = tempfile.mkdtemp(prefix="rh", dir="/tmp")  # short: Ray's socket paths live under it
+    head, port = start_head(env, temp_dir)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert head.poll() is None and time.monotonic() < deadline, "the Ray head did not start"
-                time.sleep(0.5)
         out = tmp_path / "run"
-        result = subprocess.run([SPOTBENCH, "run", *SMALL, "--limit", "2", "--output", str(out),
-                                 "--address", f"127.0.0.1:{port}"],
-                                env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+        args = [SPOTBENCH, "run", *SMALL, "--limit", "2", "--output", str(out), "--address", f"127.0.0.1:{port}"]
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        refusals = {
+            "requires token authentication (RAY_AUTH_MODE is unset): set RAY_AUTH_MODE=token":
+                {k: v for k, v in env.items() if k != "RAY_AUTH_MODE"},
+            f"RAY_AUTH_MODE=token is set but there is no Ray token ({elsewhere}/.ray/auth_token is missing":
+                env | {"HOME": str(elsewhere)},
+            "rejected the token from RAY_AUTH_TOKEN": env | {"RAY_AUTH_TOKEN": "not-the-token"},
+        }
+        for message, bad_env in refusals.items():
+            refused = subprocess.run(args, env=bad_env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+            err = refused.stderr.strip()
+            assert refused.returncode == 2 and err.startswith("spotbench: error: ") and message in err, err
+            assert "\n" not in err and not out.exists()
+        result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
         assert result.returncode == 0, result.stderr
         manifest = json.loads((out / "manifest.json").read_text())
         assert manifest["status"] == "complete" and manifest["hardware"]["ray_cpus"] == 1
@@ -131,3 +158,45 @@ def test_address_runs_on_an_existing_ray_head(tmp_path) -> None:
     finally:
         kill_group(head)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def test_a_local_run_is_isolated_from_stray_ray_clusters(tmp_path) -> None:
+    # A stray head started the usual way (default temp dir, here a private one via RAY_TMPDIR), and
+    # RAY_ADDRESS pointing at it: a plain ray.init() would join it.
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
+    env = ENV | {"RAY_TMPDIR": ray_tmp, "HOME": str(tmp_path)}
+    head, port = start_head(env, ready=Path(ray_tmp) / "ray" / "ray_current_cluster")  # what ray.init() reads
+    try:
+        # negative control: the stray cluster is there to be joined, and joining it fails as it used to
+        probe = "import ray; ray.init(object_store_memory=256 * 2**20)"
+        joined = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
+                                timeout=HANG_GUARD_S)
+        assert joined.returncode != 0 and "When connecting to an existing cluster" in joined.stderr
+        out = tmp_path / "run"
+        result = subprocess.run([SPOTBENCH, "run", *SMALL, "--limit", "2", "--output", str(out)],
+                                env=env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}, capture_output=True, text=True,
+                                timeout=HANG_GUARD_S)
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr and result.stdout.startswith("run directory: ")
+        # its own instance (all of this machine's CPUs), not the one-CPU stray, which is still up
+        assert json.loads((out / "manifest.json").read_text())["hardware"]["ray_cpus"] == os.cpu_count()
+        socket.create_connection(("127.0.0.1", port), timeout=3).close()
+        assert head.poll() is None
+    finally:
+        kill_group(head)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_ray_messages_stay_off_stdout_when_a_worker_dies(tmp_path) -> None:
+    out = tmp_path / "run"
+    process = start(["run", *SMALL, "--limit", "30", "--workers", "1", "--output", str(out)])
+    try:
+        wait_for_files(out / "samples", 1, process)
+        path = sorted((out / "samples").glob("*.parquet"))[0]
+        os.kill(int(pq.read_table(path).column("worker")[0].as_py().rsplit(":", 1)[1]), signal.SIGKILL)
+        stdout, stderr = process.communicate(timeout=HANG_GUARD_S)
+    finally:
+        kill_group(process)
+    assert process.returncode == 0, stderr
+    assert "a worker died; replaced it" in stderr  # the death happened and was reported, on stderr
+    assert stdout.startswith("run directory: ") and "worker died" not in stdout.lower() and "(raylet)" not in stdout
