@@ -12,6 +12,8 @@ import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from spotbench.cli import main
@@ -34,6 +36,13 @@ class Case:
     """A part of the one line that names the problem."""
     files: dict[str, str | bytes] = field(default_factory=dict)
     """Files made in the empty folder first (data files under data/, the data dir)."""
+
+
+def foreign_parquet() -> bytes:
+    """A valid Parquet file of another tool."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"a": [1, 2]}), sink)
+    return sink.getvalue().to_pybytes()
 
 
 def replaced(name: str, text: str) -> dict[str, str]:
@@ -184,6 +193,12 @@ CASES = {
     "gate-z-negative": Case(["gate", "run", "--baseline", "run", "--z", "-3"], "--z must be a finite number >= 0"),
     "gate-band-negative": Case(["gate", "run", "--baseline", "run", "--nfe-band", "-0.1"], "--nfe-band must be"),
     "gate-wall-band-inf": Case(["gate", "run", "--baseline", "run", "--wall-band", "inf"], "--wall-band must be"),
+    # run stores given to gate and report (their checks: harness/gate.py, harness/store.py)
+    "gate-foreign-parquet": Case(["gate", "other.parquet", "--baseline", "other.parquet"], "other.parquet",
+                                 {"other.parquet": foreign_parquet()}),
+    "gate-corrupt-parquet": Case(["gate", "summary.parquet", "--baseline", "summary.parquet"], "summary.parquet",
+                                 {"summary.parquet": b"PAR1" + b"\0" * 64}),
+    "report-not-a-run": Case(["report", "folder"], "not a run directory", {"folder/notes.txt": "x"}),
 }
 
 
