@@ -125,6 +125,21 @@ def resolve(suite: Suite) -> None:
             raise UserError(f"task {name!r} has no split {suite.split!r}; splits: {', '.join(task.splits)}")
 
 
+def check_storable(suite: Suite) -> None:
+    """Every seed fits the seed column of the rows a run stores (`harness.results.ROW_SCHEMA`), checked
+    before a run directory exists: the noise takes any seed in [0, 2**64), a signed column half of them."""
+    import pyarrow as pa
+
+    from harness.results import ROW_SCHEMA
+
+    column = ROW_SCHEMA.field("seed").type
+    bits = column.bit_width - (0 if pa.types.is_unsigned_integer(column) else 1)
+    for seed in suite.seeds:
+        if seed >= 2**bits:
+            raise UserError(f"seed {seed} does not fit the {column} seed column of run results; "
+                            f"use seeds below 2**{bits} (decode takes any seed in [0, 2**64))")
+
+
 def check_checkpoint_folder(model: str) -> None:
     """A model path is a checkpoint folder of a known family, checked from its config alone (the
     weights load on the workers): a folder that is not one must fail before a run directory exists."""

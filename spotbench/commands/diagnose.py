@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
     from cluster.evaluate import Evaluator, Unit
-    from cluster.suite import build_suite
+    from cluster.suite import build_suite, check_storable
     from harness.errors import UserError
     from harness.results import ROW_SCHEMA
     from harness.summary import summarize
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
              "block_length": args.block_length, "num_fewshot": args.fewshot}
     # without --fewshot each task keeps its own default, unlike a run (zero-shot zoo models)
     suite = build_suite({"num_fewshot": None}, flags, FLAGS)
+    check_storable(suite)  # its rows go through the results' Arrow schema
     shown = check_value(NonNegativeInt, args.samples, "--samples")
     evaluator = Evaluator(suite)
     task = evaluator.task(args.task)

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from cluster.runner import run_suite
-    from cluster.suite import build_suite, load_suite
+    from cluster.suite import build_suite, check_storable, load_suite
     from harness.report import write_report
 
     settings = load_suite(args.suite) if args.suite else {}
@@ -55,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         "block_length": args.block_length, "num_fewshot": args.fewshot, "exact": args.exact,
         "workers": args.workers,
     })
+    check_storable(suite)
     output = args.output or str(Path("runs") / (Path(args.suite).stem if args.suite else "default"))
     try:
         result = run_suite(suite, output, address=args.address, progress=not args.no_progress)

@@ -59,3 +59,12 @@ def test_missing_or_empty_prompts_file(capsys, tmp_path):
     assert main(["decode", "--prompts", str(empty)]) == 2
     assert main(["decode", "--prompt", ""]) == 2
     assert capsys.readouterr().err.count("spotbench: error:") == 3
+
+
+def test_the_whole_seed_range_decodes_and_seeds_above_2_63_differ(capsys):
+    """Noise keys are uint64: the top seeds are neither an error nor seed 0's (or each other's) noise."""
+    outputs = []
+    for seed in (0, 2**63, 2**64 - 1):
+        assert main(["decode", "--prompt", "hi", "--temperature", "1", "--seed", str(seed), "--json", *SMALL]) == 0
+        outputs.append(json.loads(capsys.readouterr().out)["completion"])
+    assert len(set(outputs)) == 3
