@@ -9,7 +9,8 @@
   minute of retries), and a cluster with token authentication is asked once, directly, whether it
   accepts us: Ray itself reports a missing token as a failed connection after 15 s of log lines.
 - **stdout is the command's.** Ray prints worker deaths (`(raylet) A worker died ...`) to stdout from
-  a background thread; while Ray runs, stdout goes to stderr, so the summary table stays parseable.
+  a background thread; while a run decodes, stdout goes to stderr (`quiet_stdout`), so what `spotbench
+  run` prints after it (the summary table) is all that stdout holds.
 """
 
 from __future__ import annotations
@@ -88,26 +89,28 @@ def check_token(target: str, address: str) -> None:
 
 @contextlib.contextmanager
 def ray_session(address: str | None) -> Iterator[None]:
-    """Ray for the length of a run: joins `address`, or starts a private local instance; keeps one
-    already started in this process (a test, a notebook) and leaves it running. Ray's messages go
-    to stderr meanwhile."""
+    """Ray for the length of a block: joins `address`, or starts a private local instance; keeps one
+    already started in this process (a test, a notebook) and leaves it running."""
     import ray
 
-    temp_dir = None
-    owned = not ray.is_initialized()
-    with contextlib.redirect_stdout(sys.stderr):
-        if owned:
-            temp_dir = None if address else tempfile.mkdtemp(prefix="spotbench-ray-", dir="/tmp")
-            _init(address, temp_dir)
-        clean = False
-        try:
-            yield
-            clean = True
-        finally:
-            if owned:
-                ray.shutdown()
-                if temp_dir and clean:  # kept after a failure: Ray's worker logs are in it
-                    shutil.rmtree(temp_dir, ignore_errors=True)
+    if ray.is_initialized():
+        yield
+        return
+    temp_dir = None if address else tempfile.mkdtemp(prefix="spotbench-ray-", dir="/tmp")
+    _init(address, temp_dir)
+    clean = False
+    try:
+        yield
+        clean = True
+    finally:
+        ray.shutdown()
+        if temp_dir and clean:  # kept after a failure: Ray's worker logs are in it
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def quiet_stdout() -> contextlib.AbstractContextManager:
+    """stdout to stderr for a block: Ray prints worker deaths to stdout from a background thread."""
+    return contextlib.redirect_stdout(sys.stderr)
 
 
 def _init(address: str | None, temp_dir: str | None) -> None:

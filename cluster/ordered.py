@@ -30,10 +30,9 @@ def map_in_order(fn: Callable[..., Any], jobs: Sequence[Any], shared: tuple = ()
     """
     import ray
 
-    from cluster.runner import connect
+    from cluster.connect import ray_session
 
-    owns_ray = connect(address)
-    try:
+    with ray_session(address):
         task = ray.remote(num_cpus=1, max_retries=0)(_single_threaded)
         shared_refs = [ray.put(value) for value in shared]
         in_flight = [task.remote(fn, job, *shared_refs) for job in jobs[:workers]]
@@ -43,6 +42,3 @@ def map_in_order(fn: Callable[..., Any], jobs: Sequence[Any], shared: tuple = ()
             if i + workers < len(jobs):
                 in_flight.append(task.remote(fn, jobs[i + workers], *shared_refs))
             yield result
-    finally:
-        if owns_ray:
-            ray.shutdown()

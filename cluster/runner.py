@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.connect import check_address, ray_session
+from cluster.connect import check_address, quiet_stdout, ray_session
 from cluster.evaluate import Evaluator, Unit
 from cluster.provenance import driver_hardware, run_inputs
 from cluster.suite import Suite
@@ -120,7 +120,7 @@ def run_suite(suite: Suite, output: str | Path, address: str | None = None, prog
     verified = checked.verify()
     units, skipped = plan(suite, verified)
     stats = Stats(skipped=skipped)
-    with ray_session(address) if units else contextlib.nullcontext():  # nothing to decode: no Ray
+    with quiet_stdout(), ray_session(address) if units else contextlib.nullcontext():  # nothing to decode: no Ray
         run_dir = RunDir.open(output, suite.config(), list(suite.seeds), hardware=driver_hardware(), inputs=inputs,
                               command=list(sys.argv), verification=verified)
         for damage in verified.damage:

@@ -46,7 +46,8 @@ def test_an_address_sends_the_collection_to_that_ray_cluster(monkeypatch):
 
     recipe, target, jobs = recipe_and_jobs(10)
     alone = collect_all(recipe, target, jobs)[0]
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
+             object_store_memory=100 * 2**20)  # never a stray cluster of the machine
     try:
         # the driver may not collect: only the cluster's workers (a fresh import there) can
         monkeypatch.setattr(spot_collection, "collect_jobs", lambda *args: pytest.fail("collected in the driver"))

@@ -18,7 +18,9 @@ SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence", "oracle"), 
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
+    # "local": a fresh instance even when RAY_ADDRESS or a `ray start` elsewhere on the machine says otherwise
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             object_store_memory=100 * 2**20)
     yield
     ray.shutdown()
 
