@@ -78,9 +78,14 @@ class Suite:
             data.pop(name)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
 
-    def groups(self) -> list[tuple[float, str, int]]:
-        """(temperature, rule, seed): each has one plain reference per prompt."""
-        return [(t, r, s) for t in self.temperatures for r in self.rules for s in self.seeds]
+    def groups(self, model: str | None = None) -> list[tuple[float, str, int]]:
+        """(temperature, rule, seed): each has one plain reference per prompt. The rules are DLM
+        commit rules: an autoregressive `model` has the one rule `greedy` instead (docs/autoregressive.md)."""
+        from harness.decoding.autoregressive import AR_RULE
+        from harness.targets.ar import is_ar_name
+
+        rules = (AR_RULE,) if model is not None and is_ar_name(model) else self.rules
+        return [(t, r, s) for t in self.temperatures for r in rules for s in self.seeds]
 
 
 FLAGS = {name: "--" + name.replace("_", "-") for name in Suite.__dataclass_fields__} | {"num_fewshot": "--fewshot"}
@@ -105,13 +110,16 @@ def build_suite(file_settings: dict[str, Any], flags: Mapping[str, Any],
 
 def resolve(suite: Suite) -> None:
     """Every model, proposer and task (with its split) names something that exists."""
+    from harness.targets.ar import check_ar_name, is_ar_name
     from harness.targets.tiny import parse_tiny_name
     from harness.targets.zoo import zoo_names
     from proposers import check_arm_for_model, check_proposer
     from tasks.registry import get_task
 
     for model in suite.models:
-        if model.startswith("tiny-random"):
+        if is_ar_name(model):
+            check_ar_name(model)
+        elif model.startswith("tiny-random"):
             parse_tiny_name(model)
         elif model not in zoo_names():
             check_checkpoint_folder(model)

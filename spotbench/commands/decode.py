@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
                              "gen_length": args.gen_length, "block_length": args.block_length}, FLAGS)
     near_tie = None if args.near_tie is None else check_value(NonNegative, args.near_tie, "--near-tie")
     [arm] = arms(suite.proposers, suite.budgets)
-    [(temperature, rule, seed)] = suite.groups()
+    [(temperature, rule, seed)] = suite.groups(args.model)
     target = load_target(args.model)
     if args.exact:
         target = target.exact()
