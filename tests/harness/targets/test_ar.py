@@ -11,7 +11,7 @@ import torch
 
 from harness.errors import UserError
 from harness.targets import ar
-from harness.targets.ar import ARTarget, is_ar_name, parse_tiny_ar_name
+from harness.targets.ar import ARTarget, check_ar_name, is_ar_name, parse_tiny_ar_name
 from harness.targets.registry import load_target, target_kind
 
 
@@ -50,6 +50,8 @@ def test_names_and_kinds(tmp_path):
     (tmp_path / "gguf" / "m.gguf").write_bytes(b"")
     assert not is_ar_name(str(tmp_path / "dlm")) and is_ar_name(str(tmp_path / "llama"))
     assert is_ar_name(str(tmp_path / "gguf")) and is_ar_name(str(tmp_path / "gguf" / "m.gguf"))
+    with pytest.raises(UserError, match="no weights"):
+        check_ar_name(str(tmp_path / "llama"))
 
 
 def test_tiny_random_ar_is_seeded():
