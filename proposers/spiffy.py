@@ -56,8 +56,8 @@ class StaleView:
     def __init__(self, stale: Tensor, state: Tensor, noise: Tensor | None, temperature: float, rule: Rule):
         # The rule's own scoring, so rank 0 is the rule's choice by construction, in every convention.
         masked, _, confidence, scores = rule._score(stale, state, noise, temperature)
-        self.rule = rule
-        self.order: list[int] = masked.cpu()[torch.sort(confidence.cpu(), descending=True, stable=True).indices].tolist()
+        ranked = torch.sort(confidence.cpu(), descending=True, stable=True).indices
+        self.order: list[int] = masked.cpu()[ranked].tolist()
         self.row = {p: r for r, p in enumerate(masked.tolist())}
         self.scores = scores.index_fill(-1, torch.tensor([rule.mask_id], device=scores.device), -math.inf)
         self.simulated = rule(stale, state, noise, temperature) if rule.tau is not None else None

@@ -157,7 +157,8 @@ def test_the_zoo_graph_saves_passes_on_sdar_a_and_a_wrong_one_saves_none(tempera
 def test_registry_spiffy_is_the_zoo_calibration_for_sdar_a(tmp_path):
     arm = check_proposer("spiffy")
     assert (arm.kind, arm.trained_on) == ("baseline", "sdar-a")
-    assert build_proposer("spiffy:spiffy-sdar-a", None, None).calibration is build_proposer("spiffy", None, None).calibration
+    by_name = build_proposer("spiffy:spiffy-sdar-a", None, None)
+    assert by_name.calibration is build_proposer("spiffy", None, None).calibration  # read once
     provenance = build_proposer("spiffy", None, None).calibration.provenance
     assert provenance["block_length"] == 32 and provenance["rule"] == "top1"
     assert all("/train/" in name for name in provenance["prompts"]) and len(provenance["prompts"]) == 50
