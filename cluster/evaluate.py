@@ -45,7 +45,7 @@ class Evaluator:
         if name not in self._targets:
             from harness.targets.registry import load_target
 
-            target = load_target(name)
+            target = load_target(name, device=self.suite.device, dtype=self.suite.dtype)
             self._targets[name] = target.exact() if self.suite.exact else target
         return self._targets[name]
 

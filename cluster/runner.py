@@ -40,6 +40,7 @@ from cluster.suite import Suite
 from harness.errors import UserError
 from harness.results import RunDir, group_id
 from harness.store import Verification
+from harness.targets.devices import resolve_device
 
 IN_FLIGHT_PER_WORKER = 2
 MAX_ATTEMPTS = 3
@@ -115,12 +116,18 @@ def run_suite(suite: Suite, output: str | Path, address: str | None = None, prog
     started = time.monotonic()
     if address:
         check_address(address)
+    else:
+        resolve_device(suite.device)  # a local run's workers see this machine's devices
     inputs = run_inputs(suite)
     checked = RunDir.check(output, suite.config(), inputs)
     verified = checked.verify()
     units, skipped = plan(suite, verified)
     stats = Stats(skipped=skipped)
     with quiet_stdout(), ray_session(address) if units else contextlib.nullcontext():  # nothing to decode: no Ray
+        if units:
+            import ray
+
+            gpu_workers(suite, ray.cluster_resources().get("GPU", 0.0))  # refused before the run directory exists
         run_dir = RunDir.open(output, suite.config(), list(suite.seeds), hardware=driver_hardware(), inputs=inputs,
                               command=list(sys.argv), verification=verified)
         for damage in verified.damage:
@@ -143,20 +150,22 @@ def _execute(suite: Suite, run_dir: RunDir, units: list[Unit], progress: bool,
     from tqdm import tqdm
 
     resources = ray.cluster_resources()
-    gpus, cpus = int(resources.get("GPU", 0)), max(1, int(resources.get("CPU", 1)))
-    # each worker holds a GPU or at least a CPU for its lifetime: more than fit would never start
+    cpus = max(1, int(resources.get("CPU", 1)))
+    gpus = gpu_workers(suite, resources.get("GPU", 0.0))
+    # each worker holds its GPU share or at least a CPU for its lifetime: more than fit would never start
     count = min(suite.workers or gpus or cpus, gpus or cpus, len(units))
     threads = 1 if gpus else worker_threads(cpus, count)
     run_dir.update_manifest(hardware=driver_hardware() | {
-        "ray_nodes": len([n for n in ray.nodes() if n["Alive"]]), "ray_cpus": cpus, "ray_gpus": gpus,
-        "workers": count, "threads_per_worker": threads})
-    options = {"num_gpus": 1, "num_cpus": 1} if gpus else {"num_cpus": threads}
+        "ray_nodes": len([n for n in ray.nodes() if n["Alive"]]), "ray_cpus": cpus,
+        "ray_gpus": resources.get("GPU", 0.0), "workers": count, "threads_per_worker": threads,
+        "gpus_per_worker": suite.gpus_per_worker if gpus else 0})
+    options = {"num_gpus": suite.gpus_per_worker, "num_cpus": 1} if gpus else {"num_cpus": threads}
     worker_class = ray.remote(max_restarts=0, **options)(Worker)
     stats.workers = count
     bar = tqdm(total=stats.skipped + len(units), initial=stats.skipped, unit="group", desc="spotbench run",
                disable=not progress, file=sys.stderr, dynamic_ncols=True)
     try:
-        need = {"GPU": 1.0, "CPU": 1.0} if gpus else {"CPU": float(threads)}  # `options` as Ray counts them
+        need = {"GPU": suite.gpus_per_worker, "CPU": 1.0} if gpus else {"CPU": float(threads)}  # as Ray counts
         Dispatcher(lambda: worker_class.remote(suite, threads), need, run_dir, bar, on_write, stats).run(units, count)
     finally:
         bar.close()
@@ -284,6 +293,18 @@ class Worker:
 
     def evaluate(self, unit: Unit) -> list[list[dict[str, Any]]]:
         return self.evaluator.evaluate(unit)
+
+
+def gpu_workers(suite: Suite, cluster_gpus: float) -> int:
+    """How many GPU workers the cluster holds (0: CPU workers), refusing a device it cannot give."""
+    if suite.device == "cpu":
+        return 0
+    if suite.device.startswith("cuda") and cluster_gpus == 0:
+        raise UserError(f"--device {suite.device}, but the Ray cluster has no GPU; use --device cpu or auto")
+    if cluster_gpus and suite.gpus_per_worker > cluster_gpus:
+        raise UserError(f"--gpus-per-worker {suite.gpus_per_worker:g} is more than the cluster's "
+                        f"{cluster_gpus:g} GPU(s); use at most {cluster_gpus:g}")
+    return int(cluster_gpus / suite.gpus_per_worker + 1e-9)
 
 
 def worker_threads(cpus: int, workers: int) -> int:

@@ -26,7 +26,7 @@ from harness.validation import (Count, NonNegative, NonNegativeInt, Seed, Switch
                                 construct, listed, read_mapping, rejected)
 
 # Settings that do not change any result: not part of a run's config (a run may resume with others).
-EXECUTION_FIELDS = ("workers",)
+EXECUTION_FIELDS = ("workers", "gpus_per_worker")
 
 
 def _rule(text: str) -> str:
@@ -46,6 +46,26 @@ def _rule(text: str) -> str:
 RuleText = Annotated[accepts(str, "a rule: top1 or threshold:TAU"), AfterValidator(_rule)]
 
 
+def _device(text: str) -> str:
+    """A device name's form (auto, cpu, cuda, cuda:N); whether a worker has it is checked where it runs."""
+    kind, _, index = text.partition(":")
+    if text != "auto" and (kind not in ("cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit()))):
+        raise rejected(f"device {text!r} is not auto, cpu, cuda or cuda:N")
+    return text
+
+
+def _dtype(text: str) -> str:
+    from harness.targets.devices import DTYPES
+
+    if text != "auto" and text not in DTYPES:
+        raise rejected(f"dtype {text!r} is not auto, {', '.join(DTYPES)}")
+    return text
+
+
+DeviceText = Annotated[accepts(str, "a device: auto, cpu, cuda or cuda:N"), AfterValidator(_device)]
+DtypeText = Annotated[accepts(str, "a dtype: auto, bfloat16, float16, float32 or float64"), AfterValidator(_dtype)]
+
+
 @dataclass(frozen=True)
 class Suite:
     models: listed(Text) = ("sdar-a",)
@@ -63,8 +83,15 @@ class Suite:
     """Few-shot examples for tasks that have them; None keeps each task's own default."""
     exact: Switch = False
     """Exactness mode: float64 targets, rows evaluated one by one (any divergence is then a bug)."""
+    device: DeviceText = "auto"
+    """Where each worker decodes: auto (its GPU when it has one, else its CPU), cpu, cuda or cuda:N."""
+    dtype: DtypeText = "auto"
+    """Target weights: auto (bf16 on a GPU, float32 on a CPU) or a dtype name; exactness mode uses float64."""
     workers: accepts(int, "a whole number >= 1", optional=True, ge=1) = None
-    """Ray workers; None = one per GPU, or one per CPU core of the cluster when it has no GPU."""
+    """Ray workers; None = as many as the cluster's GPUs hold (`gpus_per_worker` each), or one per CPU
+    core of the cluster when it has no GPU or the device is cpu."""
+    gpus_per_worker: accepts(float, "a number of GPUs > 0 (fractions share a GPU)", gt=0, allow_inf_nan=False) = 1.0
+    """GPUs each worker reserves on a GPU cluster; 0.5 puts two workers on one GPU."""
 
     def __post_init__(self) -> None:
         if self.gen_length % self.block_length:

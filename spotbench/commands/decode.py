@@ -34,6 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--gen-length", default="64")
     parser.add_argument("--block-length", default="16")
     parser.add_argument("--exact", action="store_true", help="exactness mode: float64, rows one by one")
+    parser.add_argument("--device", default="auto", help="auto (a GPU when visible, else the CPU), cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto (bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64")
     parser.add_argument("--near-tie", help="decision gap below which a divergence is a near-tie (default: by dtype)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per prompt")
     parser.set_defaults(func=run)
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     near_tie = None if args.near_tie is None else check_value(NonNegative, args.near_tie, "--near-tie")
     [arm] = arms(suite.proposers, suite.budgets)
     [(temperature, rule, seed)] = suite.groups(args.model)
-    target = load_target(args.model)
+    target = load_target(args.model, device=args.device, dtype=args.dtype)
     if args.exact:
         target = target.exact()
     if target.tokenizer is None:

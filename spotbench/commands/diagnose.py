@@ -33,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--budget", default="8")
     parser.add_argument("--samples", default="3", help="sample outputs to show")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--device", help="auto (default: a GPU when visible, else the CPU), cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", help="auto (default: bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64")
     parser.set_defaults(func=run)
 
 
@@ -58,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     flags = {"models": [args.model], "proposers": [args.proposer], "tasks": [args.task], "split": args.split,
              "limit": args.limit, "temperatures": [args.temperature], "rules": [args.rule],
              "budgets": [args.budget], "seeds": [args.seed], "gen_length": args.gen_length,
-             "block_length": args.block_length, "num_fewshot": args.fewshot}
+             "block_length": args.block_length, "num_fewshot": args.fewshot, "device": args.device,
+             "dtype": args.dtype}
     # without --fewshot each task keeps its own default, unlike a run (zero-shot zoo models)
     suite = build_suite({"num_fewshot": None}, flags, FLAGS)
     check_storable(suite)  # its rows go through the results' Arrow schema

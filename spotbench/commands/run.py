@@ -32,7 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--fewshot", help="few-shot examples for tasks that have them")
     parser.add_argument("--exact", action="store_true", default=None,
                         help="exactness mode: float64 targets, rows evaluated one by one")
-    parser.add_argument("--workers", help="Ray workers (default: one per GPU, else per CPU)")
+    parser.add_argument("--device", help="auto (default: a worker's GPU when it has one, else its CPU), cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", help="auto (default: bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64")
+    parser.add_argument("--workers", help="Ray workers (default: as many as the GPUs hold, else one per CPU)")
+    parser.add_argument("--gpus-per-worker", help="GPUs each worker reserves on a GPU cluster (default 1; 0.5 shares one)")
     parser.add_argument("--address", help="an existing Ray cluster (host:port or auto); default: local")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--transfer", action="store_true",
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         "limit": args.limit, "temperatures": args.temperatures, "rules": args.rules,
         "budgets": args.budgets, "seeds": args.seeds, "gen_length": args.gen_length,
         "block_length": args.block_length, "num_fewshot": args.fewshot, "exact": args.exact,
-        "workers": args.workers,
+        "workers": args.workers, "device": args.device, "dtype": args.dtype, "gpus_per_worker": args.gpus_per_worker,
     })
     check_storable(suite)
     output = args.output or str(Path("runs") / (Path(args.suite).stem if args.suite else "default"))

@@ -79,6 +79,10 @@ CASES = {
                            {"suite.yaml": "rules: ['threshold:2.0']\n"}),
     # run flags
     "run-budgets-text": Case([*RUN, "--budgets", "abc"], "--budgets must be a whole number >= 0, got abc"),
+    "run-device-unknown": Case([*RUN, "--device", "tpu"], "device 'tpu' is not auto, cpu, cuda or cuda:N"),
+    "run-dtype-unknown": Case([*RUN, "--dtype", "float8"], "dtype 'float8' is not auto, bfloat16"),
+    "run-gpus-per-worker-0": Case([*RUN, "--gpus-per-worker", "0"], "--gpus-per-worker must be a number of GPUs > 0"),
+    "decode-dtype-unknown": Case(["decode", "--prompt", "hi", "--dtype", "int8"], "unknown dtype 'int8'"),
     "run-budgets-negative": Case([*RUN, "--budgets", "-1"], "--budgets must be a whole number >= 0"),
     "run-budgets-twice": Case([*RUN, "--budgets", "2,2"], "--budgets must list each value once"),
     "run-limit-0": Case([*RUN, "--limit", "0"], "--limit must be a whole number >= 1, got 0"),
