@@ -131,7 +131,8 @@ def run_suite(suite: Suite, output: str | Path, address: str | None = None, prog
         run_dir = RunDir.open(output, suite.config(), list(suite.seeds), hardware=driver_hardware(), inputs=inputs,
                               command=list(sys.argv), verification=verified)
         for damage in verified.damage:
-            _say(f"spotbench: {damage.line()}; moved to {run_dir.path / 'damaged'} and decoded again")
+            _say(f"spotbench: damaged: {damage.line()}; recomputing it (damaged files move to "
+                 f"{run_dir.path / 'damaged'})")
         try:
             if units:
                 _execute(suite, run_dir, units, progress, on_write, stats)

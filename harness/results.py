@@ -167,10 +167,6 @@ def group_label(row: dict[str, Any]) -> str:
             f"seed {row['seed']}")
 
 
-def row_key(row: dict[str, Any]) -> tuple:
-    return tuple(row[f] for f in KEY_FIELDS)
-
-
 @dataclass
 class RunDir:
     path: Path

@@ -57,7 +57,7 @@ def test_a_damaged_group_is_named_and_decoded_again_on_resume(tmp_path, capsys) 
     again = run_suite(suite, tmp_path / "run", progress=False)
     assert (again.written, again.skipped) == (1, 1)
     err = capsys.readouterr().err
-    assert f"samples/{damaged.name} (tiny-random:sdar/arith/test/" in err and "decoded again" in err
+    assert f"damaged: samples/{damaged.name} (tiny-random:sdar/arith/test/" in err and "recomputing it" in err
     assert not again.run_dir.verify().damage and set(keys(again.run_dir).values()) == {1}
     assert (tmp_path / "run" / "damaged").is_dir()
     session = again.run_dir.manifest()["sessions"][-1]
