@@ -242,7 +242,7 @@ def is_ar_name(name: str) -> bool:
         config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return isinstance(config, dict) and _is_causal_lm(config.get("model_type"))
+    return isinstance(config, dict) and _is_causal_lm(config.get("model_type"), config.get("architectures"))
 
 
 def check_ar_name(name: str) -> None:
@@ -324,11 +324,16 @@ def gguf_location(path: Path) -> tuple[Path, str]:
     return files[0].parent, files[0].name
 
 
-def _is_causal_lm(model_type: Any) -> bool:
+def _is_causal_lm(model_type: Any, architectures: Any) -> bool:
+    """A config transformers maps to a causal LM, whose `architectures` (when given) name one: a DLM
+    checkpoint with a stray `model_type` stays a DLM folder (and gets the DLM loader's error)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    return isinstance(model_type, str) and model_type not in DLM_MODEL_TYPES and \
-        model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    if not isinstance(model_type, str) or model_type in DLM_MODEL_TYPES or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return False
+    classes = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
+    classes = {classes} if isinstance(classes, str) else set(classes)
+    return not architectures or (isinstance(architectures, list) and bool(classes & set(architectures)))
 
 
 def _load_pretrained(folder: Path, gguf_file: str | None, dtype: torch.dtype, device: torch.device,
@@ -343,18 +348,24 @@ def _load_pretrained(folder: Path, gguf_file: str | None, dtype: torch.dtype, de
     try:
         if gguf_file:
             options["gguf_file"] = gguf_file
-            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, **options)
+            model, info = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, output_loading_info=True,
+                                                               **options)
             check_fits(model.num_parameters(), dtype, device, str(folder / gguf_file))
             model.to(device)
         else:
             config = AutoConfig.from_pretrained(str(folder), **options)
             with torch.device("meta"):
                 check_fits(AutoModelForCausalLM.from_config(config).num_parameters(), dtype, device, str(folder))
-            model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, device_map=str(device), **options)
+            model, info = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, device_map=str(device),
+                                                               output_loading_info=True, **options)
         tokenizer = AutoTokenizer.from_pretrained(str(folder), **options)
     except (OSError, ValueError, KeyError) as error:
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise UserError(f"{folder}: cannot load a causal LM ({first})") from None
+    partial = sorted(info["missing_keys"]) + sorted(str(k) for k in info["mismatched_keys"])
+    if partial:  # transformers would initialize these at random: never a silent partial load
+        raise UserError(f"{folder}: the checkpoint lacks or mis-shapes {len(partial)} weights of its "
+                        f"{type(model).__name__}, e.g. {partial[0]}")
     layer_types = getattr(model.config, "layer_types", None) or ()
     if any("sliding" in t for t in layer_types):
         raise UserError(f"{folder}: sliding-window attention layers are not supported by the tree verifier")

@@ -48,7 +48,10 @@ def test_names_and_kinds(tmp_path):
     (tmp_path / "llama" / "config.json").write_text(json.dumps({"model_type": "llama"}))
     (tmp_path / "gguf").mkdir()
     (tmp_path / "gguf" / "m.gguf").write_bytes(b"")
+    (tmp_path / "stray").mkdir()  # a DLM checkpoint whose model_type was edited stays a DLM folder
+    (tmp_path / "stray" / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["DreamModel"]}))
     assert not is_ar_name(str(tmp_path / "dlm")) and is_ar_name(str(tmp_path / "llama"))
+    assert not is_ar_name(str(tmp_path / "stray"))
     assert is_ar_name(str(tmp_path / "gguf")) and is_ar_name(str(tmp_path / "gguf" / "m.gguf"))
     with pytest.raises(UserError, match="no weights"):
         check_ar_name(str(tmp_path / "llama"))
@@ -68,6 +71,18 @@ def test_a_local_causal_lm_folder_loads_as_the_same_model(tmp_path):
     ids = list(b"a folder")
     assert torch.equal(prefix_logits(loaded, ids), prefix_logits(tiny(0), ids))
     assert load_target(str(tmp_path), dtype="float64").dtype == torch.float64
+
+
+def test_a_folder_missing_a_weight_is_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    tiny(0).model.save_pretrained(tmp_path)
+    tiny(0).tokenizer.save_pretrained(tmp_path)
+    state = load_file(tmp_path / "model.safetensors")
+    del state["model.norm.weight"]
+    save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UserError, match="lacks or mis-shapes 1 weights of its LlamaForCausalLM, e.g. model.norm.weight"):
+        load_target(str(tmp_path))
 
 
 def test_gguf_without_the_gguf_package_is_one_line(tmp_path, monkeypatch):
