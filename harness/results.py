@@ -44,7 +44,7 @@ import pyarrow as pa
 from harness import configs, store
 from harness.errors import UserError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 KEY_FIELDS = ("model", "proposer", "task", "sample_id", "temperature", "rule", "budget", "seed")
 GROUP_FIELDS = ("model", "task", "sample_id", "temperature", "rule", "seed")
 STATUSES = ("running", "complete", "failed")
@@ -65,7 +65,8 @@ class Row:
     temperature: float
     rule: str
     budget: int
-    seed: int
+    seed: int = dataclasses.field(metadata={"arrow": pa.uint64()})
+    """Any seed in [0, 2**64), as the noise takes it."""
     # the arm
     proposer_kind: str
     trained_on: str | None
@@ -141,7 +142,7 @@ def arrow_schema(row_type: type) -> pa.Schema:
         kind = hints[f.name]
         if isinstance(kind, types.UnionType):  # `X | None`
             kind = next(a for a in typing.get_args(kind) if a is not type(None))
-        columns.append((f.name, _ARROW[kind]))
+        columns.append((f.name, f.metadata.get("arrow", _ARROW[kind])))
     return pa.schema(columns, metadata={"spotbench_schema_version": str(SCHEMA_VERSION)})
 
 

@@ -95,7 +95,6 @@ CASES = {
     "run-rule-unknown": Case([*RUN, "--rules", "median"], "unknown rule 'median'"),
     "run-seed-negative": Case([*RUN, "--seeds", "-1"], "--seeds must be a whole number in [0, 2**64)"),
     "run-seed-2**64": Case([*RUN, "--seeds", str(2**64)], "--seeds must be a whole number in [0, 2**64)"),
-    "run-seed-beyond-results-column": Case([*RUN, "--seeds", str(2**63)], "does not fit the int64 seed column"),
     "run-gen-length-not-multiple": Case([*RUN, "--gen-length", "20"], "must be a positive multiple"),
     "run-block-length-0": Case([*RUN, "--block-length", "0"], "--block-length must be a whole number >= 1"),
     "run-workers-0": Case([*RUN, "--workers", "0"], "--workers must be a whole number >= 1"),
