@@ -23,9 +23,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--prompt", help="one prompt (raw text, no chat template)")
     source.add_argument("--prompts", type=Path, help="a file with one prompt per line")
     parser.add_argument("--model", default="tiny-random:sdar",
-                        help="target: tiny-random:<family>[:seed] or a checkpoint folder")
+                        help="target: tiny-random:<family>[:seed] or a checkpoint folder; autoregressive: "
+                             "smollm2, tiny-random-ar[:seed] or a causal-LM folder")
     parser.add_argument("--proposer", default="confidence",
-                        help="oracle, oracle-order, confidence, confidence-branch, spot or spot:CHECKPOINT_DIR")
+                        help="oracle, oracle-order, confidence, confidence-branch, spot or spot:CHECKPOINT_DIR; "
+                             "for autoregressive targets oracle or prompt-lookup")
     # numbers stay text here: the suite's field validators check them, as they check a suite file
     parser.add_argument("--budget", default="8", help="most draft nodes per pass (0 = plain decoding)")
     parser.add_argument("--rule", default="top1", help="top1 or threshold:TAU, TAU in (0, 1]")
