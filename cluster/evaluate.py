@@ -2,20 +2,29 @@
 
 Plain Python (no Ray), so it runs the same in a Ray actor, in `spotbench diagnose` and in a test. An
 `Evaluator` loads each target and task once and keeps them; `evaluate` hands a unit's groups to
-`harness.pipeline.evaluate_group`, with the proposer registry and the task's scorer.
+`harness.pipeline.evaluate_group`, with the proposer registry and the task's scorer. An `auto`
+budget is chosen here, once per worker, on the worker's own hardware.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass
 from typing import Any
 
 from cluster.suite import Suite
-from harness.pipeline import Group, Score, evaluate_group
+from harness.pipeline import AUTO, Arm, Group, Score, evaluate_group
 from harness.results import Row
 from tasks.base import Sample, prompt_ids
+
+
+CALIBRATION_PROMPTS = 4
+"""Train-split prompts an `auto` budget is chosen on, per worker: enough to rank budgets whose
+predicted times differ by more than a few percent, cheap next to a run's prompts (replay costs no
+target pass)."""
+CALIBRATION_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,8 @@ class Evaluator:
         self.arms = arms(suite.proposers, suite.budgets)
         self._targets: dict[str, Any] = {}
         self._tasks: dict[str, Any] = {}
+        self._chosen: dict[tuple, Arm] = {}
+        self._costs: dict[tuple, Any] = {}
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
 
     def target(self, name: str) -> Any:
@@ -74,6 +85,31 @@ class Evaluator:
         for temperature, rule, seed in unit.groups:
             group = Group(unit.model, unit.task, unit.sample.sample_id, ids, temperature, rule, seed,
                           self.suite.gen_length, self.suite.block_length, text, unit.sample.reference)
-            out.append(evaluate_group(target, group, arms, build_proposer, score, self.suite.exact,
+            chosen = [self.chosen(arm, unit, temperature, rule) if arm.budget == AUTO else arm for arm in arms]
+            out.append(evaluate_group(target, group, chosen, build_proposer, score, self.suite.exact,
                                       near_tie_tolerance(target.dtype), self.worker))
         return out
+
+    def chosen(self, arm: Arm, unit: Unit, temperature: float, rule: str) -> Arm:
+        """An `auto` arm with the budget this worker chose (once per model, task, temperature, rule
+        and proposer): its own pass cost curve and the proposer's replayed passes on calibration
+        prompts of the task's train split (`harness.budget`)."""
+        key = (unit.model, unit.task, temperature, rule, arm.proposer)
+        if key not in self._chosen:
+            from harness.budget import choose_budget, measure_pass_cost, predict
+            from harness.decoding import DecodeConfig, parse_rule, plain_decode
+            from proposers import build_proposer
+
+            target, task = self.target(unit.model), self.task(unit.task)
+            config = DecodeConfig(parse_rule(rule, target.family, target.mask_id), self.suite.gen_length,
+                                  self.suite.block_length, temperature, CALIBRATION_SEED)
+            prompts = [prompt_ids(task, s, target.tokenizer) for s in task.load("train", limit=CALIBRATION_PROMPTS)]
+            cost_key = (unit.model, self.suite.gen_length, self.suite.block_length)
+            if cost_key not in self._costs:
+                self._costs[cost_key] = measure_pass_cost(target, prompts[0], config)
+            plains = [(plain_decode(target, ids, config, keep_logits=True), config) for ids in prompts]
+            best = choose_budget(predict(plains, lambda plain: build_proposer(arm.proposer, target, plain),
+                                         self._costs[cost_key]))
+            self._chosen[key] = dataclasses.replace(arm, chosen=best.budget,
+                                                    predicted_speedup_wall=best.speedup_wall)
+        return self._chosen[key]

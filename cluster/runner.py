@@ -90,7 +90,7 @@ def plan(suite: Suite, verified: Verification) -> tuple[list[Unit], int]:
     """The units still to do and the number of groups already complete on disk."""
     evaluator = Evaluator(suite)
     done = verified.done_arms()
-    wanted = {(p, b) for p in suite.proposers for b in suite.budgets}
+    wanted = {(arm.proposer, arm.budget) for arm in evaluator.arms}  # an `auto` budget is AUTO in rows
     units, skipped = [], 0
     for model in suite.models:
         for task in suite.tasks:

@@ -18,12 +18,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, PlainValidator
+from pydantic_core import PydanticCustomError
 from pydantic.dataclasses import dataclass
 
 from harness.errors import UserError
 from harness.validation import (Count, NonNegative, NonNegativeInt, Seed, Switch, Text, accepts, check_fields,
-                                construct, listed, read_mapping, rejected)
+                                check_value, construct, listed, read_mapping, rejected)
 
 # Settings that do not change any result: not part of a run's config (a run may resume with others).
 EXECUTION_FIELDS = ("workers", "gpus_per_worker")
@@ -62,6 +63,17 @@ def _dtype(text: str) -> str:
     return text
 
 
+def _budget(value: Any) -> int | str:
+    """A draft budget: a whole number >= 0, or `auto` (each worker chooses by measured latency)."""
+    if value == "auto":
+        return value
+    try:
+        return check_value(NonNegativeInt, value, "budget")
+    except UserError:
+        raise PydanticCustomError("invalid", "must be {what}", {"what": "a whole number >= 0 or auto"}) from None
+
+
+Budget = Annotated[int | str, PlainValidator(_budget)]
 DeviceText = Annotated[accepts(str, "a device: auto, cpu, cuda or cuda:N"), AfterValidator(_device)]
 DtypeText = Annotated[accepts(str, "a dtype: auto, bfloat16, float16, float32 or float64"), AfterValidator(_dtype)]
 
@@ -75,7 +87,9 @@ class Suite:
     limit: Count = 24
     temperatures: listed(NonNegative) = (0.0, 1.0)
     rules: listed(RuleText) = ("top1",)
-    budgets: listed(NonNegativeInt) = (2, 4, 8)
+    budgets: listed(Budget) = (2, 4, 8)
+    """Draft budgets; `auto`: each worker measures its pass cost and the proposers' acceptance on
+    train-split prompts and takes the fastest budget (`harness.budget`)."""
     seeds: listed(Seed) = (0,)
     gen_length: Count = 64
     block_length: Count = 32
@@ -158,6 +172,12 @@ def resolve(suite: Suite) -> None:
         task = get_task(name)
         if suite.split not in task.splits:
             raise UserError(f"task {name!r} has no split {suite.split!r}; splits: {', '.join(task.splits)}")
+        if "auto" in suite.budgets and "train" not in task.splits:
+            raise UserError(f"budgets auto chooses on train-split prompts and task {name!r} has none; "
+                            "give it fixed budgets")
+    for model in suite.models:
+        if "auto" in suite.budgets and is_ar_name(model):
+            raise UserError(f"budgets auto is for diffusion targets; give {model} fixed budgets")
 
 
 def check_storable(suite: Suite) -> None:

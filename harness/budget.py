@@ -53,19 +53,18 @@ class CostCurve:
 def measure_pass_cost(target: DLMTarget, prompt_ids: Sequence[int], config: DecodeConfig,
                       rows: Sequence[int] = (1, 2, 3, 5, 9, 17), repeats: int = 5) -> CostCurve:
     """The pass time with each number of rows, over the prompt's prefix with the first block masked
-    (after one untimed pass, which for block-causal targets also stores the prompt's cache)."""
+    (after untimed passes, the first of which stores the prompt's cache on block-causal targets)."""
     session = target.start(list(prompt_ids), config.gen_length, config.block_length)
     state = torch.full((1, config.block_length), target.mask_id, dtype=torch.long)
-    session.forward(state)
-    medians = []
-    for count in rows:
-        times = []
-        for _ in range(repeats):
+    for count in rows:  # warm-up: allocator and kernels for every shape
+        session.forward(state.expand(count, -1))
+    times: dict[int, list[float]] = {count: [] for count in rows}
+    for _ in range(repeats):  # round-robin, so a burst of load elsewhere hits every row count alike
+        for count in rows:
             before = time.perf_counter()
             synchronize(session.forward(state.expand(count, -1)).current)
-            times.append(time.perf_counter() - before)
-        medians.append(statistics.median(times))
-    return CostCurve(tuple(rows), tuple(medians))
+            times[count].append(time.perf_counter() - before)
+    return CostCurve(tuple(rows), tuple(statistics.median(times[count]) for count in rows))
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from harness.decoding import DecodeConfig, Generation, Proposer, parse_rule, pla
 from harness.decoding.autoregressive import AR_RULE, ARConfig, ARProposer, ar_decode, ar_plain_decode
 from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
 from harness.lossless import check_lossless
-from harness.results import Row
+from harness.results import AUTO, Row
 from harness.targets.ar import ARTarget
 from harness.targets.target import DLMTarget
 
@@ -42,6 +42,18 @@ class Arm:
     `learned`: the summary compares learned arms with the best baseline and every arm with the oracle."""
     trained_on: str | None = None
     """The target a learned proposer was trained on (its checkpoint's provenance): transfer studies."""
+    chosen: int | None = None
+    """For `budget == AUTO`: the budget this worker chose by measured latency (`harness.budget`)."""
+    predicted_speedup_wall: float | None = None
+    """... and the speedup_wall it predicted for it."""
+
+    @property
+    def decode_budget(self) -> int:
+        if self.budget != AUTO:
+            return self.budget
+        if self.chosen is None:
+            raise ValueError(f"arm {self.proposer}@auto has no chosen budget yet")
+        return self.chosen
 
 
 @dataclass(frozen=True)
@@ -84,7 +96,7 @@ def evaluate_group(target: DLMTarget | ARTarget, group: Group, arms: Sequence[Ar
     plain_score = score(completion) if score else None
     rows = []
     for arm in arms:
-        spec = decode(build(arm.proposer, target, plain), arm.budget)
+        spec = decode(build(arm.proposer, target, plain), arm.decode_budget)
         report = check_lossless(plain, spec, tolerance)
         divergence = report.divergence
         spec_completion = decode_text(target, spec.answer_ids)
@@ -93,7 +105,8 @@ def evaluate_group(target: DLMTarget | ARTarget, group: Group, arms: Sequence[Ar
         rows.append(Row(
             model=group.model, proposer=arm.proposer, task=group.task, sample_id=group.sample_id,
             temperature=group.temperature, rule=group.rule, budget=arm.budget, seed=group.seed,
-            proposer_kind=arm.kind, trained_on=arm.trained_on,
+            proposer_kind=arm.kind, trained_on=arm.trained_on, chosen_budget=arm.decode_budget,
+            predicted_speedup_wall=arm.predicted_speedup_wall,
             gen_length=group.gen_length, block_length=group.block_length, exact_mode=exact_mode,
             prompt_tokens=len(group.prompt_ids), prompt=group.prompt, reference=group.reference,
             **_metrics("plain", plain), stale_hit_rate=plain.metrics.stale_hit_rate,

@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.errors import UserError
 from harness.gate import wilson_interval
-from harness.results import ROW_SCHEMA, RunDir
+from harness.results import AUTO, ROW_SCHEMA, RunDir
 from harness.store import damage_message
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
@@ -36,6 +36,8 @@ def render_report(run: RunDir) -> str:
         _section("Speedup vs budget (solid: target passes, dashed: wall time)", _speedup_charts(summary, colour)),
         _section("Transitions committed per pass (largest budget)", _accept_histograms(rows, colour)),
         _section("Target passes per generated token", _nfe_per_token(summary, colour)),
+        _section("Budget chosen by measured latency (auto): predicted against measured speedup_wall",
+                 _auto_table(summary)),
         _section("Exactness", _exactness_table(summary, rows)),
         _section("Accuracy of the plain reference (95% Wilson interval)", _accuracy_charts(summary)),
         _section("Accuracy", _accuracy_table(summary)),
@@ -67,7 +69,8 @@ def _header(manifest: dict[str, Any], rows: int) -> str:
 def _speedup_charts(summary: list[dict], colour: dict[str, str]) -> str:
     panels = defaultdict(lambda: defaultdict(list))
     for r in summary:
-        panels[_panel(r)][r["proposer"]].append(r)
+        if r["budget"] != AUTO:  # an auto arm has no place on the budget axis: its own table below
+            panels[_panel(r)][r["proposer"]].append(r)
     charts = []
     for title, by_proposer in sorted(panels.items()):
         series = []
@@ -144,6 +147,16 @@ def _exactness_table(summary: list[dict], rows: list[dict]) -> str:
         f'<tr class="{"ok" if r["exact_rate"] == 1 else "bad"}"><td>{_e(_arm(r))}</td><td>{r["n"]}</td>'
         + "".join(f"<td>{verdicts[_arm(r)][v]}</td>" for v in ("exact", "near-tie", "logic-error"))
         + f'<td>{r["exact_rate"]:.1%}</td></tr>' for r in summary)
+    return f"<table>{head}{body}</table>"
+
+
+def _auto_table(summary: list[dict]) -> str:
+    auto = [r for r in summary if r["budget"] == AUTO]
+    if not auto:
+        return ""
+    head = "<tr><th>arm</th><th>chosen budgets</th><th>predicted speedup wall</th><th>measured speedup wall</th></tr>"
+    body = "".join(f"<tr><td>{_e(_arm(r))}</td><td>{', '.join(map(str, r['chosen_budgets']))}</td><td>{_x(r['predicted_speedup_wall'])}</td>"
+                   f"<td>{_x(r['speedup_wall'])}</td></tr>" for r in auto)
     return f"<table>{head}{body}</table>"
 
 
@@ -233,7 +246,7 @@ def _panel(r: dict) -> str:
 
 
 def _arm(r: dict) -> str:
-    return f"{_panel(r)} {r['proposer']}@{r['budget']}"
+    return f"{_panel(r)} {r['proposer']}@{'auto' if r['budget'] == AUTO else r['budget']}"
 
 
 def _section(title: str, content: str) -> str:

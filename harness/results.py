@@ -45,6 +45,9 @@ from harness import configs, store
 from harness.errors import UserError
 
 SCHEMA_VERSION = 5
+AUTO = -1
+"""The budget of an `auto` arm in rows and summaries: each worker chooses the budget itself
+(`chosen_budget` says which)."""
 KEY_FIELDS = ("model", "proposer", "task", "sample_id", "temperature", "rule", "budget", "seed")
 GROUP_FIELDS = ("model", "task", "sample_id", "temperature", "rule", "seed")
 STATUSES = ("running", "complete", "failed")
@@ -70,6 +73,10 @@ class Row:
     # the arm
     proposer_kind: str
     trained_on: str | None
+    chosen_budget: int
+    """The budget decoded with: `budget` itself, or for an `auto` arm (budget -1) the worker's choice."""
+    predicted_speedup_wall: float | None
+    """An `auto` arm's speedup_wall as its worker predicted it when choosing (`harness.budget`)."""
     # decoding settings shared by every row of a run
     gen_length: int
     block_length: int

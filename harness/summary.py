@@ -17,6 +17,7 @@ Together with `trained_on` these make a cross-model transfer study a view of a r
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,10 @@ class SummaryRow:
     budget: int
     proposer_kind: str
     trained_on: str | None
+    chosen_budgets: list[int]
+    """The budgets decoded with: `budget` itself, or for `auto` (budget -1) each worker's choice."""
+    predicted_speedup_wall: float | None
+    """`auto` arms: the speedup_wall their workers predicted (mean), beside the measured one."""
     n: int
     exact_rate: float
     lossless_rate: float
@@ -104,11 +109,14 @@ def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str
         "plain_nfe", "spec_nfe", "plain_wall_s", "spec_wall_s", "spec_proposer_s", "spec_commits",
         "plain_tokens", "spec_tokens", "stops_leaf", "stops_position", "stops_token")}
     stale = [r["stale_hit_rate"] for r in members if r["stale_hit_rate"] is not None]
+    predicted = [r["predicted_speedup_wall"] for r in members if r["predicted_speedup_wall"] is not None]
     scored = [r for r in members if r["correct"] is not None]
     correct = sum(bool(r["correct"]) for r in scored)
     wall = total["spec_wall_s"]
     return key | {
         "proposer_kind": members[0]["proposer_kind"], "trained_on": members[0]["trained_on"], "n": n,
+        "chosen_budgets": sorted({r["chosen_budget"] for r in members}),
+        "predicted_speedup_wall": statistics.mean(predicted) if predicted else None,
         "exact_rate": sum(r["exact"] for r in members) / n,
         "lossless_rate": sum(r["verdict"] != "logic-error" for r in members) / n,
         "speedup_nfe": total["plain_nfe"] / total["spec_nfe"],

@@ -26,7 +26,7 @@ from pathlib import Path
 from harness.decoding import Generation, Proposer
 from harness.decoding.autoregressive import ARProposer
 from harness.errors import UserError
-from harness.pipeline import Arm
+from harness.pipeline import AUTO, Arm
 from harness.targets.ar import ARTarget
 from harness.targets.registry import target_kind
 from harness.targets.target import DLMTarget
@@ -125,10 +125,12 @@ def proposers_for(kind: str) -> list[str]:
     return [name for name, family in PROPOSERS.items() if kind in family.targets]
 
 
-def arms(specs: list[str] | tuple[str, ...], budgets: list[int] | tuple[int, ...]) -> list[Arm]:
-    """Every (proposer, budget) arm, proposer-major, with each proposer's kind and training target."""
+def arms(specs: list[str] | tuple[str, ...], budgets: list[int | str] | tuple[int | str, ...]) -> list[Arm]:
+    """Every (proposer, budget) arm, proposer-major, with each proposer's kind and training target;
+    budget `auto` is `AUTO` until a worker chooses it (`cluster.evaluate`)."""
     resolved = [check_proposer(spec) for spec in specs]
-    return [Arm(arm.proposer, budget, arm.kind, arm.trained_on) for arm in resolved for budget in budgets]
+    return [Arm(arm.proposer, AUTO if budget == "auto" else budget, arm.kind, arm.trained_on)
+            for arm in resolved for budget in budgets]
 
 
 def build_proposer(spec: str, target: DLMTarget | ARTarget, plain: Generation) -> Proposer | ARProposer:

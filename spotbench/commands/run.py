@@ -75,21 +75,26 @@ def run(args: argparse.Namespace) -> int:
 COLUMNS = [("model", "{}"), ("task", "{}"), ("T", "{:g}"), ("rule", "{}"), ("proposer", "{}"),
            ("budget", "{}"), ("n", "{}"), ("exact", "{:.0%}"), ("accept", "{:.2f}"),
            ("speedup_nfe", "{:.2f}x"), ("95% interval", "{0[0]:.2f}-{0[1]:.2f}"), ("speedup_wall", "{:.2f}x"),
-           ("tok/s", "{:.1f}"), ("accuracy", "{:.1%}")]
+           ("predicted", "{:.2f}x"), ("tok/s", "{:.1f}"), ("accuracy", "{:.1%}")]
 TRANSFER_COLUMNS = [("model", "{}"), ("task", "{}"), ("T", "{:g}"), ("rule", "{}"), ("budget", "{}"),
                     ("proposer", "{}"), ("trained on", "{}"), ("n", "{}"), ("exact", "{:.0%}"),
                     ("speedup_nfe", "{:.3f}x"), ("95% interval", "{0[0]:.2f}-{0[1]:.2f}"),
                     ("vs best baseline", "{:.3f}"), ("95% interval ", "{0[0]:.3f}-{0[1]:.3f}"), ("best", "{}"),
                     ("of oracle", "{:.2f}"), ("speedup_wall", "{:.2f}x")]
 FIELDS = {"T": "temperature", "exact": "exact_rate", "accept": "mean_accept_len", "95% interval": "speedup_nfe_ci95",
-          "tok/s": "spec_tokens_per_s", "trained on": "trained_on", "vs best baseline": "vs_best_baseline",
+          "tok/s": "spec_tokens_per_s", "predicted": "predicted_speedup_wall", "trained on": "trained_on", "vs best baseline": "vs_best_baseline",
           "95% interval ": "vs_best_baseline_ci95", "best": "best_baseline", "of oracle": "oracle_fraction"}
 
 
 def render_summary(rows: list[dict], columns: list[tuple[str, str]] = COLUMNS) -> str:
-    """The summary as an aligned text table (one line per arm)."""
+    """The summary as an aligned text table (one line per arm; an `auto` budget shows as auto:CHOSEN, the
+    budgets its workers chose)."""
+    from harness.results import AUTO
+
     cells = [[name.strip() for name, _ in columns]]
     for row in sorted(rows, key=lambda r: [r[k] for k in ("model", "task", "temperature", "rule")]):
+        chosen = ",".join(map(str, row["chosen_budgets"]))
+        row = row | {"budget": f"auto:{chosen}" if row["budget"] == AUTO else row["budget"]}
         cells.append([_fmt(fmt, row[FIELDS.get(name, name)]) for name, fmt in columns])
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in cells)

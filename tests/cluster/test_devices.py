@@ -1,6 +1,6 @@
-"""Where workers decode: GPU workers as the cluster's GPUs hold them (fractions share a GPU), CPU
-workers when asked or when there is no GPU, and a device the cluster cannot give refused in one line
-before anything is written."""
+"""Where workers decode and with which budget: GPU workers as the cluster's GPUs hold them (fractions
+share a GPU), CPU workers when asked or when there is no GPU, a device the cluster cannot give refused
+in one line before anything is written, and `auto` budgets chosen per worker by measured latency."""
 
 from __future__ import annotations
 
@@ -43,3 +43,33 @@ def test_a_local_run_on_a_missing_gpu_writes_nothing(tmp_path, capsys) -> None:
     assert main(["run", "--models", "tiny-random:sdar", "--device", "cuda", "--output", str(out)]) == 2
     err = capsys.readouterr().err
     assert "no CUDA GPU is visible" in err and err.count("\n") == 1 and not out.exists()
+
+
+def test_an_auto_budget_is_chosen_per_worker_and_recorded() -> None:
+    from cluster.evaluate import Evaluator, Unit
+    from harness.budget import CANDIDATES
+    from tasks.registry import get_task
+
+    suite = build_suite({}, {"models": ["tiny-random:llada"], "proposers": ["oracle", "confidence"],
+                             "budgets": "2,auto", "limit": "1", "temperatures": "1", "gen_length": "16",
+                             "block_length": "8"})
+    evaluator = Evaluator(suite)
+    sample = get_task("arith").load("test", limit=1)[0]
+    [rows] = evaluator.evaluate(Unit("tiny-random:llada", "arith", sample, suite.groups()))
+    auto = [r for r in rows if r.budget == -1]
+    assert len(auto) == 2 and all(r.chosen_budget in CANDIDATES and r.predicted_speedup_wall > 0 for r in auto)
+    assert all(r.exact for r in rows)
+    fixed = [r for r in rows if r.budget == 2]
+    assert all(r.chosen_budget == 2 and r.predicted_speedup_wall is None for r in fixed)
+    again = evaluator.evaluate(Unit("tiny-random:llada", "arith", sample, suite.groups()))[0]
+    assert [r.chosen_budget for r in again] == [r.chosen_budget for r in rows]  # chosen once per worker
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"budgets": "auto", "tasks": "humaneval"}, "task 'humaneval' has none"),
+    ({"budgets": "auto", "models": "tiny-random-ar", "proposers": "oracle"}, "budgets auto is for diffusion targets"),
+    ({"budgets": "auto,x"}, "must be a whole number >= 0 or auto"),
+])
+def test_auto_budgets_need_a_train_split_and_a_diffusion_target(flags, message) -> None:
+    with pytest.raises(UserError, match=message):
+        build_suite({}, {"models": ["tiny-random:sdar"], **flags})

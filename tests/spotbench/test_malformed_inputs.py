@@ -63,7 +63,7 @@ CASES = {
                                   {"suite.yaml": "modles: [sdar-a]\n"}),
     "suite-limit-text": Case(["run", "--suite", "suite.yaml"], "limit must be a whole number >= 1, got many",
                              {"suite.yaml": "limit: many\n"}),
-    "suite-budget-bool": Case(["run", "--suite", "suite.yaml"], "budgets must be a whole number >= 0, got True",
+    "suite-budget-bool": Case(["run", "--suite", "suite.yaml"], "budgets must be a whole number >= 0 or auto, got True",
                               {"suite.yaml": "budgets: [true]\n"}),
     "suite-seed-2**64": Case(["run", "--suite", "suite.yaml"], "seeds must be a whole number in [0, 2**64)",
                              {"suite.yaml": f"seeds: [{2**64}]\n"}),
@@ -78,7 +78,7 @@ CASES = {
     "suite-rule-tau": Case(["run", "--suite", "suite.yaml"], "tau outside (0, 1]",
                            {"suite.yaml": "rules: ['threshold:2.0']\n"}),
     # run flags
-    "run-budgets-text": Case([*RUN, "--budgets", "abc"], "--budgets must be a whole number >= 0, got abc"),
+    "run-budgets-text": Case([*RUN, "--budgets", "abc"], "--budgets must be a whole number >= 0 or auto, got abc"),
     "run-device-unknown": Case([*RUN, "--device", "tpu"], "device 'tpu' is not auto, cpu, cuda or cuda:N"),
     "run-dtype-unknown": Case([*RUN, "--dtype", "float8"], "dtype 'float8' is not auto, bfloat16"),
     "run-gpus-per-worker-0": Case([*RUN, "--gpus-per-worker", "0"], "--gpus-per-worker must be a number of GPUs > 0"),

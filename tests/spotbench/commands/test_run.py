@@ -39,7 +39,7 @@ def test_flags_override_the_file_and_lists_are_typed(tmp_path) -> None:
     (["--proposers", "oracle:x"], "proposer 'oracle' takes no argument"),
     (["--tasks", "nope"], "unknown task 'nope'"),
     (["--rules", "median"], "unknown rule 'median'"),
-    (["--budgets", "-1"], "--budgets must be a whole number >= 0, got -1"),
+    (["--budgets", "-1"], "--budgets must be a whole number >= 0 or auto, got -1"),
     (["--gen-length", "20"], "must be a positive multiple"),
     (["--address", "127.0.0.1:1"], "no Ray cluster at --address 127.0.0.1:1"),
     (["--address", "head-node"], "--address head-node is not host:port"),
@@ -57,7 +57,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args,
     ("- a list\n", "must be a mapping"),
     ("modles: [sdar-a]\n", "modles is an unknown setting"),
     ("limit: many\n", "limit must be a whole number >= 1, got many"),
-    ("budgets: [true]\n", "budgets must be a whole number >= 0, got True"),
+    ("budgets: [true]\n", "budgets must be a whole number >= 0 or auto, got True"),
 ])
 def test_a_malformed_suite_is_one_line_exit_2(tmp_path, capsys, text, message) -> None:
     path = tmp_path / "suite.yaml"
