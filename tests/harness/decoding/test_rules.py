@@ -131,3 +131,38 @@ def test_parse_rule_uses_family_conventions():
     for bad in ("top2", "threshold", "threshold:x", "threshold:nan", "top1:0.5"):
         with pytest.raises(UserError):
             parse_rule(bad, FAMILIES["llada"], 5)
+
+
+def _decided_gap(logits: torch.Tensor, state: torch.Tensor, mask_id: int, include_mask: bool) -> float:
+    """top1 at T=0 with `prob` confidence, from first principles: the smallest of the token gaps
+    (best minus second-best logit at each masked position) and the log-probability gap between the
+    two most confident positions. `include_mask` is the old, wrong token gap over the whole vocabulary."""
+    masked = (state == mask_id).nonzero().squeeze(1)
+    x = logits[masked].double()
+    scores = x if include_mask else x.index_fill(-1, torch.tensor([mask_id]), -math.inf)
+    top2 = scores.topk(2, dim=-1).values
+    gaps = [float((top2[:, 0] - top2[:, 1]).min())]
+    candidates = x.index_fill(-1, torch.tensor([mask_id]), -math.inf).argmax(-1)
+    logp = x.log_softmax(-1).gather(-1, candidates[:, None]).squeeze(1)
+    if logp.numel() > 1:
+        best2 = logp.topk(2).values
+        gaps.append(float(best2[0] - best2[1]))
+    return min(gaps)
+
+
+def test_the_recorded_decision_gap_is_the_rules_own_and_excludes_the_mask_token():
+    from harness.decoding import DecodeConfig, plain_decode
+    from harness.targets.registry import load_target
+
+    target = load_target("tiny-random:sdar:0")
+    config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 32, 16, 0.0, 0)
+    plain = plain_decode(target, list(b"Q: 3+4=?\nA:"), config, keep_logits=True)
+    state, differs = torch.full((16,), target.mask_id), 0
+    for step, (transition, record) in enumerate(zip(plain.steps, plain.records)):
+        logits = plain.pass_logits[step]
+        assert record.decision_gap == pytest.approx(_decided_gap(logits, state, target.mask_id, False), abs=1e-9)
+        differs += _decided_gap(logits, state, target.mask_id, True) != pytest.approx(record.decision_gap, abs=1e-9)
+        state = transition.apply(state)
+        if not bool((state == target.mask_id).any()):
+            state = torch.full((16,), target.mask_id)
+    assert differs > 0  # negative control: the whole-vocabulary gap is another number at some steps
