@@ -166,8 +166,8 @@ def resolve(suite: Suite) -> None:
             check_checkpoint_folder(model)
     for proposer in suite.proposers:
         check_proposer(proposer)
-        for model in suite.models:  # a proposer fitted to one model and block length (a Spiffy graph)
-            check_arm_for_model(proposer, model, suite.block_length)
+        for model in suite.models:  # fitted to one model, block length (a Spiffy graph) or rule (SPOT-Sets)
+            check_arm_for_model(proposer, model, suite.block_length, suite.rules)
     for name in suite.tasks:
         task = get_task(name)
         if suite.split not in task.splits:

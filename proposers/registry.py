@@ -1,25 +1,29 @@
 """Proposers by name, with an optional argument: `name[:argument]`.
 
 `spot` is the zoo's default SPOT checkpoint; `spot:PATH` any SPOT checkpoint folder (or the name of a
-folder under zoo/proposers/). `spiffy` is the zoo's Spiffy graph for sdar-a; `spiffy:DIR` any
-calibration folder (`spotbench calibrate-spiffy`), named the same way. Every command and suite names
-proposers this way, so a study of many checkpoints is one run:
+folder under zoo/proposers/). `spot-sets` is the zoo's SPOT-Sets checkpoint (sdar-a, threshold:0.9);
+`spot-sets:PATH` any SPOT-Sets folder, calibrated (`spotbench calibrate`) or not. `spiffy` is the
+zoo's Spiffy graph for sdar-a; `spiffy:DIR` any calibration folder (`spotbench calibrate-spiffy`),
+named the same way. Every command and suite names proposers this way, so a study of many checkpoints
+is one run:
 `--proposers confidence,spot,spot:zoo/proposers/spot-sdar-a`.
 
 A factory gets the argument, the target and the plain generation of the same prompt and seed (only
 the oracles read the latter) and returns a proposer for that one generation. `check_proposer` refuses
 a bad name or argument with one line before anything starts; each family that takes an argument
 validates its own. `check_arm_for_model` refuses a proposer fitted to another target or block length
-(a Spiffy graph: its patterns are counted on one model's trajectories at one block length), and one
-that drafts for the other kind of target: DLM proposers draft block states, AR proposers (`prompt-lookup`)
-draft token sequences; `oracle` replays either kind's plain trajectory.
+(a Spiffy graph: its patterns are counted on one model's trajectories at one block length; a SPOT-Sets
+calibration: fitted to one model), one used under a rule it was not fitted for (SPOT-Sets: top1, or
+a tau it was not trained or calibrated for), and one that drafts for the other kind of target: DLM
+proposers draft block states, AR proposers (`prompt-lookup`) draft token sequences; `oracle` replays
+either kind's plain trajectory.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +35,7 @@ from harness.targets.ar import ARTarget
 from harness.targets.registry import target_kind
 from harness.targets.target import DLMTarget
 from harness.targets.zoo import ZOO_DIR, model_dir, zoo_names
+from proposers import spot_sets
 from proposers.confidence import ConfidenceProposer
 from proposers.oracle import AROracleProposer, OracleProposer
 from proposers.prompt_lookup import PromptLookupProposer
@@ -50,6 +55,8 @@ class Family:
     """Families fitted to one target and block length: UserError naming the mismatch."""
     targets: tuple[str, ...] = ("dlm",)
     """The target kinds it drafts for (`harness.targets.registry.target_kind`)."""
+    check_for_rule: Callable[[str | None, str], None] | None = None
+    """Families fitted to one commit rule: UserError naming the mismatch with a run's rule."""
 
 
 def spot_trained_on(argument: str | None) -> str | None:
@@ -72,6 +79,38 @@ def check_spiffy_fits(argument: str | None, model: str, block_length: int) -> No
                         f"calibrate one with spotbench calibrate-spiffy --block-length {block_length}")
 
 
+def spot_sets_trained_on(argument: str | None) -> str | None:
+    return spot_sets.read_meta(spot_sets_folder(argument))["provenance"]["target"]
+
+
+def check_spot_sets_fits(argument: str | None, model: str, block_length: int) -> None:
+    """A calibrated folder is for the model it was calibrated on; an uncalibrated one runs anywhere."""
+    calibration = spot_sets.read_calibration(spot_sets_folder(argument))
+    if calibration is not None and model_identity(calibration["provenance"]["target"]) != model_identity(model):
+        raise UserError(f"{spec_name('spot-sets', argument)} was calibrated for model "
+                        f"{calibration['provenance']['target']!r}, not {model!r}; calibrate one with spotbench "
+                        f"calibrate {spec_name('spot-sets', argument)} --model {model} --out DIR")
+
+
+def check_spot_sets_rule(argument: str | None, rule: str) -> None:
+    """SPOT-Sets drafts threshold sets at the tau its folder was trained for, or calibrated for if it
+    holds a calibration (which is fitted at one tau)."""
+    folder = spot_sets_folder(argument)
+    calibration = spot_sets.read_calibration(folder)
+    fitted = (calibration or spot_sets.read_meta(folder))["provenance"]
+    name, how = spec_name("spot-sets", argument), "calibrated" if calibration else "trained"
+    if spot_sets.threshold_tau(rule) is None:
+        raise UserError(f"{name} drafts the sets of threshold decoding and was {how} for {fitted['rule']}; rule "
+                        f"{rule!r} commits one position per step: use spot there, or --rules {fitted['rule']}")
+    if spot_sets.threshold_tau(rule) != fitted["tau"]:
+        raise UserError(f"{name} was {how} for {fitted['rule']}, not {rule}; use --rules {fitted['rule']}, or "
+                        f"calibrate it for that tau: spotbench calibrate {name} --model M --rule {rule} --out DIR")
+
+
+def spec_name(name: str, argument: str | None) -> str:
+    return f"{name}:{argument}" if argument else name
+
+
 PROPOSERS: dict[str, Family] = {
     "oracle": Family("oracle", lambda arg, target, plain: AROracleProposer(plain.tokens.tolist())
                      if isinstance(target, ARTarget) else OracleProposer(plain.steps), targets=("dlm", "ar")),
@@ -83,6 +122,9 @@ PROPOSERS: dict[str, Family] = {
     "prompt-lookup": Family("baseline", lambda arg, target, plain: PromptLookupProposer(), targets=("ar",)),
     "spot": Family("learned", lambda arg, target, plain: SpotProposer(spot_net(spot_folder(arg), device_of(target))),
                    spot_trained_on),
+    "spot-sets": Family("learned", lambda arg, target, plain: spot_sets.SpotSetsProposer(
+        spot_sets_net(spot_sets_folder(arg), device_of(target)), spot_sets.load_calibration(spot_sets_folder(arg))),
+        spot_sets_trained_on, check_spot_sets_fits, check_for_rule=check_spot_sets_rule),
 }
 
 
@@ -106,8 +148,9 @@ def check_proposer(spec: str) -> Arm:
     return Arm(spec, 0, family.kind, trained_on)
 
 
-def check_arm_for_model(spec: str, model: str, block_length: int) -> None:
-    """UserError (one line) if the proposer was fitted to another target or block length than the run's."""
+def check_arm_for_model(spec: str, model: str, block_length: int, rules: Sequence[str] = ()) -> None:
+    """UserError (one line) if the proposer was fitted to another target or block length than the run's,
+    or to another rule than one of the run's `rules`."""
     family, argument = parse_proposer(spec)
     kind = target_kind(model)
     if kind not in family.targets:
@@ -115,6 +158,8 @@ def check_arm_for_model(spec: str, model: str, block_length: int) -> None:
                         f"but model {model!r} is {KIND_NAMES[kind]}; its proposers: {', '.join(proposers_for(kind))}")
     if family.check_for_model:
         family.check_for_model(argument, model, block_length)
+    for rule in rules if family.check_for_rule else ():
+        family.check_for_rule(argument, rule)
 
 
 KIND_NAMES = {"dlm": "diffusion (DLM)", "ar": "autoregressive"}
@@ -154,6 +199,21 @@ def spot_folder(argument: str | None) -> Path:
         raise UserError(f"no SPOT checkpoint in {folder} (expected {CONFIG_FILE}); give spot:PATH of a folder "
                         "written by spotbench train-proposer")
     return folder.resolve()
+
+
+def spot_sets_folder(argument: str | None) -> Path:
+    """The checkpoint folder `spot-sets:argument` names."""
+    folder = zoo_folder(argument, spot_sets.DEFAULT_CHECKPOINT)
+    if not (folder / spot_sets.CONFIG_FILE).is_file():
+        raise UserError(f"no SPOT-Sets checkpoint in {folder} (expected {spot_sets.CONFIG_FILE}); give "
+                        "spot-sets:PATH of a folder written by spotbench train-proposer or spotbench calibrate")
+    return folder.resolve()
+
+
+@functools.cache
+def spot_sets_net(folder: Path, device: str = "cpu") -> spot_sets.SpotSetsNet:
+    """A SPOT-Sets checkpoint on the target's device, loaded once per process."""
+    return spot_sets.load_spot_sets(folder).to(device)
 
 
 @functools.cache

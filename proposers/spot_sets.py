@@ -1,0 +1,243 @@
+"""SPOT-Sets: SPOT for threshold decoding, where a step commits a *set* of positions (DESIGN.md section 1).
+
+Under `threshold:TAU` the target commits, at each step, the most confident masked position (the
+argmax, which the rule forces) plus every other masked position whose confidence is >= tau. A draft
+path is therefore a sequence of sets. `SpotSetsNet` reads SPOT's features of the stale view
+(proposers/spot.py: nothing absolute, no token ids, so it runs on any target and block length) plus
+how far each candidate's confidence is from tau, and predicts at every tree node:
+
+- the argmax: a distribution over the masked positions (SPOT's position head: at tau 0.9 on sdar-a
+  93% of steps commit one position, so which one comes first is still most of the problem);
+- per position, whether it is committed besides the argmax (a commit logit, sigmoid): the residual is
+  the stale view's own threshold decision, log-odds of the confidence minus logit(tau), so an untrained
+  network reproduces the confidence-set baseline (the rule simulated on the stale logits);
+- per position, which stale candidate the target commits there (SPOT's token head).
+
+A set S with argmax j has probability q_j * prod_{i in S, i != j} a_i * prod_{i not in S} (1 - a_i)
+times its tokens' probabilities; `proposers/spot_sets_tree.py` grows the tree best-first over such
+sets. The verifier applies the exact rule to every row and walks by state equality, so SPOT-Sets is
+lossless by construction whatever the network outputs.
+
+`Calibration` (from `spotbench calibrate`) blends a checkpoint's commit logits and argmax distribution
+with the stale view's own rule for one other target at one tau; the proposer applies it when its
+folder holds one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from harness.decoding import DraftRequest, DraftTree
+from proposers.confidence import ConfidenceProposer
+from proposers.spot import (
+    CANDIDATE_FEATURES,
+    CONFIDENCE,
+    GAP_SCALE,
+    LOG_FLOOR,
+    LOG_ODDS,
+    MASKED,
+    NODE_FEATURES,
+    STATIC_FEATURES,
+    SUPPORTED_CONFIDENCE,
+    SpotConfig,
+    node_features,
+)
+
+WEIGHTS_FILE = "spot_sets.safetensors"
+CONFIG_FILE = "spot_sets.json"
+CALIBRATION_FILE = "calibration.json"
+DEFAULT_CHECKPOINT = "spot-sets-sdar-a-0.9"
+"""The registry's bare `spot-sets`: the zoo checkpoint trained on sdar-a at tau 0.9 (docs/spot.md)."""
+TAU_FEATURES = 3
+"""Per position and depth: log-odds of the candidate's confidence minus logit(tau) (> 0: the stale
+view commits it), log-confidence minus log(tau), and logit(tau) itself."""
+DEFAULT_LOOKAHEAD = 3
+"""As SPOT's (`proposers.spot.DEFAULT_LOOKAHEAD`): on one CPU thread a network call's fixed cost is
+about that of a few rows, so a guessed row pays when it is right a third of the time."""
+MAX_TAU = 1.0 - 1e-12
+"""tau = 1 is a valid rule (commit the argmax, and positions at confidence exactly 1); its logit is
+taken at this value so the features stay finite."""
+
+
+def threshold_tau(rule: str) -> float | None:
+    """tau of a `threshold:TAU` rule text, None for any other rule (top1) or a malformed one."""
+    name, _, argument = rule.partition(":")
+    try:
+        tau = float(argument)
+    except ValueError:
+        return None
+    return tau if name == "threshold" and 0 < tau <= 1 else None
+
+
+def tau_features(candidate: Tensor, tau: Tensor) -> Tensor:
+    """[N, B, TAU_FEATURES] from candidate features [N, B, C] and tau [N]: where each stale candidate
+    sits against the threshold. Why log-odds: near 1 confidences 0.9 and 0.99 differ by 0.09 in log
+    but by 2.4 in log-odds, and tau 0.9 sits exactly there."""
+    tau = tau.double().clamp(1e-6, MAX_TAU)
+    logit_tau = (tau.log() - (-tau).log1p()).float()[:, None]
+    odds_gap = (candidate[..., LOG_ODDS] - logit_tau).clamp(LOG_FLOOR, -LOG_FLOOR)
+    confidence_gap = (candidate[..., CONFIDENCE] - tau.log().float()[:, None]).clamp(LOG_FLOOR, 1.0)
+    return torch.stack([odds_gap, confidence_gap, (logit_tau / GAP_SCALE).expand_as(odds_gap)], -1)
+
+
+class SpotSetsNet(nn.Module):
+    """SPOT's transformer (same module names and shapes, so a SPOT checkpoint can start it) with the
+    tau features added to its input and a commit head beside its position and token heads.
+
+    Outputs per node: log q (argmax position), the commit logit of every position (committed besides
+    the argmax), and log P(TOP / RUNNER_UP / NEITHER | committed). New parts start at zero, and the
+    commit residual `commit_weight * (log-odds - logit tau)` starts at weight 1: an untrained network
+    (or a SPOT checkpoint just loaded) proposes the stale view's own threshold set first.
+    """
+
+    def __init__(self, config: SpotConfig):
+        super().__init__()
+        self.config = config
+        self.project = nn.Linear(STATIC_FEATURES + CANDIDATE_FEATURES + 2 + NODE_FEATURES, config.width)
+        self.age = nn.Embedding(config.max_age + 2, config.width)
+        layer = nn.TransformerEncoderLayer(
+            config.width, config.heads, config.ffn, dropout=0.0, batch_first=True, norm_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, config.layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(config.width)
+        self.head = nn.Linear(config.width, 1)
+        self.token_head = nn.Linear(config.width, 3)
+        self.confidence_weight = nn.Parameter(torch.tensor(1.0))
+        self.tau_project = nn.Linear(TAU_FEATURES, config.width)
+        self.commit_head = nn.Linear(config.width, 1)
+        self.commit_weight = nn.Parameter(torch.tensor(1.0))
+        for module in (self.tau_project, self.commit_head):
+            nn.init.zeros_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def forward(self, static: Tensor, candidate: Tensor, ages: Tensor, depth: Tensor, temperature: Tensor,
+                tau: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """static [N, B, S], candidate [N, B, C], ages [N, B], depth [N], temperature [N], tau [N] ->
+        [N, B] log q (-inf where not masked), [N, B] commit logits, [N, B, 3] token log-probabilities."""
+        n, size = ages.shape
+        scalars = torch.stack([depth.float() / self.config.max_depth, temperature.float()], -1)
+        node = node_features(candidate, ages, depth)
+        gaps = tau_features(candidate, tau)
+        x = torch.cat([static, candidate, scalars[:, None].expand(n, size, 2), node], -1)
+        h = self.project(x) + self.tau_project(gaps) + self.age((ages + 1).clamp_max(self.config.max_age + 1))
+        h = self.norm(self.encoder(h))
+        logits = self.head(h).squeeze(-1) + self.confidence_weight * node[..., 0] * GAP_SCALE
+        position = logits.masked_fill(ages != MASKED, -math.inf).log_softmax(-1)
+        commit = self.commit_head(h).squeeze(-1) + self.commit_weight * gaps[..., 0]
+        return position, commit, self.token_head(h).log_softmax(-1)
+
+
+def rule_inputs(candidate: Tensor, ages: Tensor, tau: Tensor) -> tuple[Tensor, Tensor]:
+    """[N, B] twice: the stale view's own rule, as the network's residuals read it: each masked
+    position's log-confidence minus the best masked one's (clamped at -GAP_SCALE; the argmax ranking)
+    and its log-odds minus logit(tau) (> 0: the stale view commits it)."""
+    masked = ages == MASKED
+    confidence = candidate[..., CONFIDENCE].masked_fill(~masked, -math.inf)
+    gap = (confidence - confidence.max(-1, keepdim=True).values).nan_to_num(0.0).clamp_min(-GAP_SCALE)
+    return gap.masked_fill(~masked, 0.0), tau_features(candidate, tau)[..., 0]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per-target, per-tau adjustment of a checkpoint's outputs, each a blend of the network's output
+    and the stale view's own rule:
+
+    - argmax: log_softmax(log q / position_temperature + position_rule_weight * confidence gap);
+    - commit: commit_scale * logit + commit_bias + commit_rule_weight * (log-odds - logit tau).
+
+    Why: a checkpoint ranks positions on any target (its features are relative), but how much its
+    ranking beats the target's own confidence order, and how often a confidence just under tau crosses
+    it after one commit, are properties of the target; five numbers fitted on 50 prompts set the
+    probabilities the tree multiplies, from "trust the network" to "trust the confidences", without
+    retraining. All zero weights and unit scales leave the network's output as it is.
+    """
+
+    commit_scale: float = 1.0
+    commit_bias: float = 0.0
+    commit_rule_weight: float = 0.0
+    position_temperature: float = 1.0
+    position_rule_weight: float = 0.0
+
+    def apply(self, position: Tensor, commit: Tensor, gap: Tensor, odds_gap: Tensor) -> tuple[Tensor, Tensor]:
+        """Calibrated (log q, commit logits) from the network's and `rule_inputs`."""
+        position = (position / self.position_temperature + self.position_rule_weight * gap).log_softmax(-1)
+        return position, commit * self.commit_scale + self.commit_bias + self.commit_rule_weight * odds_gap
+
+
+def predict(net: nn.Module, calibration: Calibration | None, static: Tensor, candidate: Tensor, ages: Tensor,
+            depth: Tensor, temperature: Tensor, tau: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The network's outputs (`SpotSetsNet.forward`), calibrated when a calibration is given: what the
+    tree multiplies and what evaluation scores."""
+    position, commit, token = net(static, candidate, ages, depth, temperature, tau)
+    if calibration is not None:
+        position, commit = calibration.apply(position, commit, *rule_inputs(candidate, ages, tau))
+    return position, commit, token
+
+
+def save_spot_sets(net: SpotSetsNet, folder: Path, meta: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(folder / WEIGHTS_FILE))
+    meta = {"config": asdict(net.config), "parameters": sum(p.numel() for p in net.parameters())} | meta
+    (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def read_meta(folder: str | Path) -> dict:
+    """A SPOT-Sets checkpoint's record (config, recipe, provenance with `rule` and `tau`)."""
+    return json.loads((Path(folder) / CONFIG_FILE).read_text())
+
+
+def load_spot_sets(folder: str | Path) -> SpotSetsNet:
+    net = SpotSetsNet(SpotConfig(**read_meta(folder)["config"]))
+    net.load_state_dict(load_file(str(Path(folder) / WEIGHTS_FILE)))
+    return net.eval()
+
+
+def read_calibration(folder: str | Path) -> dict | None:
+    """The folder's calibration record (`spotbench calibrate`): fitted values and provenance, or None."""
+    path = Path(folder) / CALIBRATION_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def load_calibration(folder: str | Path) -> Calibration | None:
+    record = read_calibration(folder)
+    return None if record is None else Calibration(**record["calibration"])
+
+
+class SpotSetsProposer:
+    """SPOT-Sets' draft trees (module docstring); the search is `proposers.spot_sets_tree.grow`.
+
+    `lookahead`: the most rows of one network call (the missing node and the chain guessed below
+    it); the tree reads only real outputs, so it changes the cost, not the tree (up to float
+    near-ties between batched and single rows). The network runs on its parameters' device.
+
+    Scope: threshold rules with a probability confidence. Under `top1` (one position per step: SPOT's
+    job) or a `margin` / `neg_entropy` convention it delegates to the confidence chain, so a library
+    caller stays lossless; runs refuse a SPOT-Sets checkpoint under top1 or a tau it was not trained
+    or calibrated for before they start (`proposers.registry`). Without a stale view (first pass of a
+    block on a block-causal target) it drafts nothing.
+    """
+
+    def __init__(self, net: SpotSetsNet, calibration: Calibration | None = None, lookahead: int = DEFAULT_LOOKAHEAD):
+        if lookahead < 1:
+            raise ValueError(f"lookahead must be >= 1, got {lookahead}")
+        self.net = net
+        self.calibration = calibration
+        self.lookahead = lookahead
+        self.fallback = ConfidenceProposer()
+
+    @torch.no_grad()
+    def propose(self, request: DraftRequest) -> DraftTree:
+        if request.stale is None or request.budget == 0:
+            return DraftTree()
+        if request.rule.name != "threshold" or request.rule.confidence not in SUPPORTED_CONFIDENCE:
+            return self.fallback.propose(request)
+        from proposers.spot_sets_tree import grow  # here: the tree builds on this module's network
+
+        return grow(self.net, self.calibration, request, self.lookahead)[0]

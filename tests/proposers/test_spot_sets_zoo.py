@@ -1,0 +1,60 @@
+"""The committed SPOT-Sets checkpoint: the registry's `spot-sets`, rebuilt by its committed recipe,
+exact on its target and drafting sets the target accepts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.decoding import DecodeConfig, parse_rule, plain_decode, speculative_decode
+from harness.targets.registry import load_target
+from proposers import build_proposer, check_proposer
+from proposers.confidence import ConfidenceProposer
+from proposers.spot_sets import CONFIG_FILE, DEFAULT_CHECKPOINT, read_meta
+from proposers.spot_sets_training import SpotSetsRecipe
+
+ZOO_PROPOSERS = Path(__file__).resolve().parents[2] / "zoo" / "proposers"
+
+
+def test_registry_spot_sets_is_the_zoo_checkpoint_trained_on_sdar_a_at_tau_0_9():
+    arm = check_proposer("spot-sets")
+    assert (arm.kind, arm.trained_on) == ("learned", "sdar-a")
+    meta = read_meta(ZOO_PROPOSERS / DEFAULT_CHECKPOINT)
+    assert (meta["provenance"]["rule"], meta["provenance"]["tau"]) == ("threshold:0.9", 0.9)
+    assert meta["provenance"]["data"] == ["arith/train", "gsm8k/train"]
+    assert build_proposer("spot-sets", None, None).calibration is None
+
+
+def test_every_committed_spot_sets_checkpoint_is_its_committed_recipes():
+    recipes = {}
+    for path in sorted(ZOO_PROPOSERS.rglob("*.yaml")):
+        if "rule" in path.read_text():
+            recipe = SpotSetsRecipe.load(path)
+            recipes[recipe.name] = json.loads(json.dumps(dataclasses.asdict(recipe)))
+            assert recipe.init_checkpoint is None or (ZOO_PROPOSERS.parents[1] / recipe.init_checkpoint).is_dir()
+    folders = sorted(meta.parent for meta in ZOO_PROPOSERS.rglob(CONFIG_FILE))
+    assert folders
+    for folder in folders:
+        recorded = read_meta(folder)["recipe"]  # fields added since it was trained are at their defaults
+        committed = recipes[recorded["name"]]
+        assert {k: committed.get(k) for k in recorded} == recorded, folder
+        defaults = json.loads(json.dumps(dataclasses.asdict(SpotSetsRecipe(**{k: committed[k] for k in recorded}))))
+        assert committed == defaults, folder
+        assert [point["step"] for point in read_meta(folder)["curve"]][-1] == recorded["steps"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_zoo_spot_sets_is_exact_on_sdar_a_and_beats_the_confidence_set(temperature):
+    target = load_target("sdar-a").exact()
+    cfg = DecodeConfig(parse_rule("threshold:0.9", target.family, target.mask_id), 64, 32, temperature, 3)
+    prompt = target.tokenizer.encode("Question: What is 17 + 25?\nAnswer:", add_special_tokens=False)
+    reference = plain_decode(target, prompt, cfg)
+    spec = speculative_decode(target, prompt, build_proposer("spot-sets", target, reference), cfg, 8)
+    baseline = speculative_decode(target, prompt, ConfidenceProposer(), cfg, 8)
+    assert spec.steps == reference.steps and torch.equal(spec.tokens, reference.tokens)
+    assert spec.metrics.nfe < baseline.metrics.nfe < reference.metrics.nfe
