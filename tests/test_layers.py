@@ -37,6 +37,7 @@ def loaded_by(package: str) -> list[str]:
     return json.loads(out)
 
 
+@pytest.mark.slow  # a fresh interpreter per package
 @pytest.mark.parametrize("package", list(ALLOWED))
 def test_a_package_loads_only_the_packages_below_it(package: str) -> None:
     modules = loaded_by(package)
@@ -46,6 +47,7 @@ def test_a_package_loads_only_the_packages_below_it(package: str) -> None:
         assert {m for m in modules if m.startswith("harness")} <= {"harness", "harness.errors"}
 
 
+@pytest.mark.slow
 def test_the_probe_catches_an_upward_import(tmp_path) -> None:
     """Negative control: a harness module that imports cluster is reported."""
     (tmp_path / "harness").mkdir()

@@ -22,6 +22,7 @@ def test_a_cpu_smoke_run_prints_a_row_per_mode_and_proposer() -> None:
     assert all(r[5] == "100%" for r in rows if r[1] == "exact")
 
 
+@pytest.mark.slow
 def test_without_a_gpu_the_default_run_is_refused_with_one_line() -> None:
     import torch
 
