@@ -46,6 +46,7 @@ from proposers.spot import (
     NODE_FEATURES,
     STATIC_FEATURES,
     SUPPORTED_CONFIDENCE,
+    TOP,
     SpotConfig,
     node_features,
 )
@@ -150,7 +151,8 @@ class Calibration:
     and the stale view's own rule:
 
     - argmax: log_softmax(log q / position_temperature + position_rule_weight * confidence gap);
-    - commit: commit_scale * logit + commit_bias + commit_rule_weight * (log-odds - logit tau).
+    - commit: commit_scale * logit + commit_bias + commit_rule_weight * (log-odds - logit tau);
+    - token: log_softmax(log P / token_temperature + top_bias * [TOP]), the rule drafting TOP.
 
     Why: a checkpoint ranks positions on any target (its features are relative), but how much its
     ranking beats the target's own confidence order, and how often a confidence just under tau crosses
@@ -164,11 +166,17 @@ class Calibration:
     commit_rule_weight: float = 0.0
     position_temperature: float = 1.0
     position_rule_weight: float = 0.0
+    token_temperature: float = 1.0
+    top_bias: float = 0.0
 
-    def apply(self, position: Tensor, commit: Tensor, gap: Tensor, odds_gap: Tensor) -> tuple[Tensor, Tensor]:
-        """Calibrated (log q, commit logits) from the network's and `rule_inputs`."""
+    def apply(self, position: Tensor, commit: Tensor, token: Tensor, gap: Tensor, odds_gap: Tensor
+              ) -> tuple[Tensor, Tensor, Tensor]:
+        """Calibrated (log q, commit logits, token log-probabilities) from the network's and `rule_inputs`."""
         position = (position / self.position_temperature + self.position_rule_weight * gap).log_softmax(-1)
-        return position, commit * self.commit_scale + self.commit_bias + self.commit_rule_weight * odds_gap
+        commit = commit * self.commit_scale + self.commit_bias + self.commit_rule_weight * odds_gap
+        top = torch.zeros(token.shape[-1], dtype=token.dtype, device=token.device)
+        top[TOP] = 1.0
+        return position, commit, (token / self.token_temperature + self.top_bias * top).log_softmax(-1)
 
 
 def predict(net: nn.Module, calibration: Calibration | None, static: Tensor, candidate: Tensor, ages: Tensor,
@@ -177,7 +185,7 @@ def predict(net: nn.Module, calibration: Calibration | None, static: Tensor, can
     tree multiplies and what evaluation scores."""
     position, commit, token = net(static, candidate, ages, depth, temperature, tau)
     if calibration is not None:
-        position, commit = calibration.apply(position, commit, *rule_inputs(candidate, ages, tau))
+        return calibration.apply(position, commit, token, *rule_inputs(candidate, ages, tau))
     return position, commit, token
 
 

@@ -270,15 +270,15 @@ def train(recipe: SpotSetsRecipe, target: DLMTarget, jobs: list[Job], run_dir: P
 
 
 CALIBRATION_PRIOR = 0.01
-"""Weight of a Gaussian prior on the calibration's five numbers (log scale, bias, log temperature,
-rule weights) around "no change": where the calibration examples separate commits perfectly the
-NLL alone keeps falling as the scale grows."""
+"""Weight of a Gaussian prior on the calibration's numbers (log scales and temperatures, bias, rule
+weights) around "no change": where the calibration examples separate commits perfectly the NLL
+alone keeps falling as the scale grows."""
 
 
 def fit_calibration(net: SpotSetsNet, data: dict[str, Tensor], tau: float) -> Calibration:
-    """The `Calibration` that minimises the argmax and commit NLL of `data` (examples of the target it
-    is for) plus `CALIBRATION_PRIOR`, by L-BFGS in float64 on the network's outputs computed once:
-    five numbers, deterministic."""
+    """The `Calibration` that minimises -log P(the child the target takes) on `data` (examples of the
+    target it is for) plus `CALIBRATION_PRIOR`, by L-BFGS in float64 on the network's outputs computed
+    once: seven numbers, deterministic."""
     count = data["argmax"].numel()
     with torch.no_grad():
         outputs = [forward(net, data, index, tau) for index in torch.arange(count).split(1024)]
@@ -287,17 +287,18 @@ def fit_calibration(net: SpotSetsNet, data: dict[str, Tensor], tau: float) -> Ca
         gap, odds_gap = (x.double() for x in rule)
     position = position.clamp_min(-1e4)  # -inf / temperature would make the gradient NaN
     index = torch.arange(count)
-    values = torch.zeros(5, dtype=torch.float64, requires_grad=True)
+    values = torch.zeros(7, dtype=torch.float64, requires_grad=True)
     optimizer = torch.optim.LBFGS([values], lr=0.5, max_iter=200, line_search_fn="strong_wolfe")
 
     def calibration(v: Tensor) -> Calibration:
-        """From (log scale, bias, commit rule weight, log temperature, position rule weight)."""
-        return Calibration(v[0].exp(), v[1], v[2], v[3].exp(), v[4])
+        """From (log commit scale, commit bias, commit rule weight, log position temperature, position
+        rule weight, log token temperature, top bias)."""
+        return Calibration(v[0].exp(), v[1], v[2], v[3].exp(), v[4], v[5].exp(), v[6])
 
     def closure() -> Tensor:
         optimizer.zero_grad()
-        calibrated = calibration(values).apply(position, commit, gap, odds_gap)
-        loss = sum(set_nll(*calibrated, token, data, index)[:2]).mean() + CALIBRATION_PRIOR * values.square().sum()
+        calibrated = calibration(values).apply(position, commit, token, gap, odds_gap)
+        loss = sum(set_nll(*calibrated, data, index)).mean() + CALIBRATION_PRIOR * values.square().sum()
         loss.backward()
         return loss
 

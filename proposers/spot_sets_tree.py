@@ -48,8 +48,8 @@ Entry = tuple[float, int, "int | Children", tuple[int, ...], int]
 """A frontier entry: (-score, tie-break, a node to EXPAND or a child enumeration, the child's ranks,
 the enumeration's last changed variable)."""
 MAX_POPS_PER_SLOT = 64
-"""Children skipped (a set that fills the block or repeats a sibling) before the search gives up on
-a budget slot: a bound on the work per pass, never reached on the zoo targets."""
+"""At most this many frontier pops per budget slot: popped children that are not drafted (a set that
+fills the block or repeats a sibling) cost work, and this bounds it per pass."""
 
 
 def commit_set(ages: list[int], positions: tuple[int, ...]) -> list[int]:

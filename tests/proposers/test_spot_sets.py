@@ -189,16 +189,19 @@ def test_top1_and_non_probability_confidence_fall_back_to_the_confidence_chain()
 def test_calibration_blends_the_network_with_the_stale_rule():
     position = torch.tensor([[-0.1, -3.0, -math.inf]]).log_softmax(-1)
     commit = torch.tensor([[2.0, -1.0, 0.0]])
+    token = torch.tensor([[[-2.0, -0.5, -1.5]] * 3]).log_softmax(-1)
     gap, odds_gap = torch.tensor([[-2.0, 0.0, 0.0]]), torch.tensor([[1.0, -1.0, 0.5]])
-    same = Calibration().apply(position, commit, gap, odds_gap)
-    assert torch.allclose(same[0], position) and torch.equal(same[1], commit)
-    flat, scaled = Calibration(2.0, -1.0, 0.0, 2.0, 0.0).apply(position, commit, gap, odds_gap)
+    same = Calibration().apply(position, commit, token, gap, odds_gap)
+    assert torch.allclose(same[0], position) and torch.equal(same[1], commit) and torch.allclose(same[2], token)
+    flat, scaled, _ = Calibration(2.0, -1.0, 0.0, 2.0, 0.0).apply(position, commit, token, gap, odds_gap)
     assert torch.equal(scaled, torch.tensor([[3.0, -3.0, -1.0]]))
     assert flat[0, 1] > position[0, 1] and flat[0, 2] == -math.inf and torch.isclose(flat.exp().sum(), torch.tensor(1.0))
-    # a large rule weight hands the argmax to the stale view's most confident position, and the
-    # commit decision to its threshold
-    ruled, decided = Calibration(1e-3, 0.0, 50.0, 1e3, 50.0).apply(position, commit, gap, odds_gap)
+    # large rule weights hand the argmax to the stale view's most confident position, the commit
+    # decision to its threshold and the token to the candidate (TOP)
+    ruled, decided, tops = Calibration(1e-3, 0.0, 50.0, 1e3, 50.0, 1e3, 50.0).apply(position, commit, token, gap,
+                                                                                     odds_gap)
     assert int(ruled.argmax()) == 1 and (decided > 0).tolist() == [[True, False, True]]
+    assert (tops.argmax(-1) == TOP).all() and torch.allclose(tops.exp().sum(-1), torch.ones(1, 3))
 
 
 def test_rule_inputs_are_the_residuals_the_network_reads():
@@ -330,8 +333,7 @@ def test_calibrate_writes_a_copy_with_its_calibration_and_provenance(checkpoints
         "target": "tiny-random:llada", "rule": "threshold:0.013", "tau": 0.013,
         "prompts": ["arith/train/0", "arith/train/1"], "temperatures": [0.0, 1.0]}
     assert record["provenance"]["checkpoint_provenance"]["target"] == "tiny-random:sdar"
-    assert record["fit"]["after"]["commit_nll"] + record["fit"]["after"]["position_nll"] <= \
-        record["fit"]["before"]["commit_nll"] + record["fit"]["before"]["position_nll"]
+    assert record["fit"]["after"]["loss"] < record["fit"]["before"]["loss"]
     assert (tmp_path / "a" / "spot_sets.safetensors").read_bytes() == \
         (checkpoints[0] / "spot_sets.safetensors").read_bytes()
     check_arm_for_model(f"spot-sets:{tmp_path / 'a'}", "tiny-random:llada", 8, ["threshold:0.013"])

@@ -148,7 +148,6 @@ def test_calibration_lowers_the_nll_it_is_fitted_on():
     net = SpotSetsNet(SpotConfig(**TINY_MODEL)).eval()
     calibration = fit_calibration(net, data, 0.02)
     before, after = evaluate(net, data, 0.02), evaluate(net, data, 0.02, calibration)
-    nll = lambda m: m["position_nll"] + m["commit_nll"]  # noqa: E731
-    assert nll(after) < nll(before) and calibration != Calibration()
-    assert after["token_nll"] == pytest.approx(before["token_nll"])  # tokens are not recalibrated
+    assert after["loss"] < before["loss"] and calibration != Calibration()
+    assert after["token_nll"] < before["token_nll"]  # a random token head: the candidate does better
     assert fit_calibration(net, data, 0.02) == calibration  # deterministic
