@@ -218,10 +218,12 @@ def commit(ages: Tensor, position: int) -> Tensor:
     return out
 
 
-def _gap_to_best(score: Tensor, masked: Tensor) -> Tensor:
+def gap_to_best(score: Tensor, masked: Tensor) -> Tensor:
+    """Each masked position's score minus the best masked one's, clamped at -GAP_SCALE (0 where
+    committed): the rule's ranking, which both networks' position residuals read."""
     score = score.masked_fill(~masked, -math.inf)
     gap = (score - score.max(-1, keepdim=True).values).nan_to_num(0.0).clamp_min(-GAP_SCALE)
-    return gap.masked_fill(~masked, 0.0) / GAP_SCALE
+    return gap.masked_fill(~masked, 0.0)
 
 
 def _offset_to(positions: Tensor, marked: Tensor) -> Tensor:
@@ -255,7 +257,8 @@ def node_features(candidate: Tensor, ages: Tensor, depth: Tensor) -> Tensor:
     fraction = masked.float().mean(-1, keepdim=True).expand_as(latest)
     unseen = committed & (ages <= depth[:, None])
     return torch.stack([
-        _gap_to_best(candidate[..., CONFIDENCE], masked), _gap_to_best(candidate[..., LOG_ODDS], masked),
+        gap_to_best(candidate[..., CONFIDENCE], masked) / GAP_SCALE,
+        gap_to_best(candidate[..., LOG_ODDS], masked) / GAP_SCALE,
         (rank == 0).float(), rank / 7, fraction, left.float(), right.float(), leftmost.float(),
         (latest.abs() * OFFSET_SCALE == 1).float(), latest, _offset_to(positions, ages == 1), unseen.float(),
     ], -1)
@@ -294,15 +297,22 @@ class SpotNet(nn.Module):
         """static [N, B, S], candidate [N, B, C], ages [N, B], depth [N], temperature [N]
         -> [N, B] log-probabilities of the next committed position (-inf where not masked), and
         [N, B, 3] log-probabilities of TOP / RUNNER_UP / NEITHER at each position."""
+        h, position = self.encode(static, candidate, ages, depth, temperature)
+        return position, self.token_head(h).log_softmax(-1)
+
+    def encode(self, static: Tensor, candidate: Tensor, ages: Tensor, depth: Tensor, temperature: Tensor,
+               extra: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The encoder's output [N, B, width] and the position head's log-probabilities [N, B];
+        `extra` [N, B, width] is added to the input projection (SPOT-Sets' tau features)."""
         n, size = ages.shape
         scalars = torch.stack([depth.float() / self.config.max_depth, temperature.float()], -1)
         node = node_features(candidate, ages, depth)
         x = torch.cat([static, candidate, scalars[:, None].expand(n, size, 2), node], -1)
-        h = self.project(x) + self.age((ages + 1).clamp_max(self.config.max_age + 1))
+        h = self.project(x) if extra is None else self.project(x) + extra
+        h = h + self.age((ages + 1).clamp_max(self.config.max_age + 1))
         h = self.norm(self.encoder(h))
         logits = self.head(h).squeeze(-1) + self.confidence_weight * node[..., 0] * GAP_SCALE
-        position = logits.masked_fill(ages != MASKED, -math.inf).log_softmax(-1)
-        return position, self.token_head(h).log_softmax(-1)
+        return h, logits.masked_fill(ages != MASKED, -math.inf).log_softmax(-1)
 
 
 def joint_logp(position_logp: Tensor, token_logp: Tensor) -> Tensor:

@@ -26,7 +26,6 @@ folder holds one.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,18 +36,16 @@ from torch import Tensor, nn
 from harness.decoding import DraftRequest, DraftTree
 from proposers.confidence import ConfidenceProposer
 from proposers.spot import (
-    CANDIDATE_FEATURES,
     CONFIDENCE,
     GAP_SCALE,
     LOG_FLOOR,
     LOG_ODDS,
     MASKED,
-    NODE_FEATURES,
-    STATIC_FEATURES,
     SUPPORTED_CONFIDENCE,
     TOP,
     SpotConfig,
-    node_features,
+    SpotNet,
+    gap_to_best,
 )
 
 WEIGHTS_FILE = "spot_sets.safetensors"
@@ -88,8 +85,8 @@ def tau_features(candidate: Tensor, tau: Tensor) -> Tensor:
     return torch.stack([odds_gap, confidence_gap, (logit_tau / GAP_SCALE).expand_as(odds_gap)], -1)
 
 
-class SpotSetsNet(nn.Module):
-    """SPOT's transformer (same module names and shapes, so a SPOT checkpoint can start it) with the
+class SpotSetsNet(SpotNet):
+    """SPOT's network (same modules, names and inputs, so a SPOT checkpoint can start it) with the
     tau features added to its input and a commit head beside its position and token heads.
 
     Outputs per node: log q (argmax position), the commit logit of every position (committed besides
@@ -99,18 +96,7 @@ class SpotSetsNet(nn.Module):
     """
 
     def __init__(self, config: SpotConfig):
-        super().__init__()
-        self.config = config
-        self.project = nn.Linear(STATIC_FEATURES + CANDIDATE_FEATURES + 2 + NODE_FEATURES, config.width)
-        self.age = nn.Embedding(config.max_age + 2, config.width)
-        layer = nn.TransformerEncoderLayer(
-            config.width, config.heads, config.ffn, dropout=0.0, batch_first=True, norm_first=True
-        )
-        self.encoder = nn.TransformerEncoder(layer, config.layers, enable_nested_tensor=False)
-        self.norm = nn.LayerNorm(config.width)
-        self.head = nn.Linear(config.width, 1)
-        self.token_head = nn.Linear(config.width, 3)
-        self.confidence_weight = nn.Parameter(torch.tensor(1.0))
+        super().__init__(config)
         self.tau_project = nn.Linear(TAU_FEATURES, config.width)
         self.commit_head = nn.Linear(config.width, 1)
         self.commit_weight = nn.Parameter(torch.tensor(1.0))
@@ -122,15 +108,8 @@ class SpotSetsNet(nn.Module):
                 tau: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """static [N, B, S], candidate [N, B, C], ages [N, B], depth [N], temperature [N], tau [N] ->
         [N, B] log q (-inf where not masked), [N, B] commit logits, [N, B, 3] token log-probabilities."""
-        n, size = ages.shape
-        scalars = torch.stack([depth.float() / self.config.max_depth, temperature.float()], -1)
-        node = node_features(candidate, ages, depth)
         gaps = tau_features(candidate, tau)
-        x = torch.cat([static, candidate, scalars[:, None].expand(n, size, 2), node], -1)
-        h = self.project(x) + self.tau_project(gaps) + self.age((ages + 1).clamp_max(self.config.max_age + 1))
-        h = self.norm(self.encoder(h))
-        logits = self.head(h).squeeze(-1) + self.confidence_weight * node[..., 0] * GAP_SCALE
-        position = logits.masked_fill(ages != MASKED, -math.inf).log_softmax(-1)
+        h, position = self.encode(static, candidate, ages, depth, temperature, self.tau_project(gaps))
         commit = self.commit_head(h).squeeze(-1) + self.commit_weight * gaps[..., 0]
         return position, commit, self.token_head(h).log_softmax(-1)
 
@@ -139,10 +118,7 @@ def rule_inputs(candidate: Tensor, ages: Tensor, tau: Tensor) -> tuple[Tensor, T
     """[N, B] twice: the stale view's own rule, as the network's residuals read it: each masked
     position's log-confidence minus the best masked one's (clamped at -GAP_SCALE; the argmax ranking)
     and its log-odds minus logit(tau) (> 0: the stale view commits it)."""
-    masked = ages == MASKED
-    confidence = candidate[..., CONFIDENCE].masked_fill(~masked, -math.inf)
-    gap = (confidence - confidence.max(-1, keepdim=True).values).nan_to_num(0.0).clamp_min(-GAP_SCALE)
-    return gap.masked_fill(~masked, 0.0), tau_features(candidate, tau)[..., 0]
+    return gap_to_best(candidate[..., CONFIDENCE], ages == MASKED), tau_features(candidate, tau)[..., 0]
 
 
 @dataclass(frozen=True)
