@@ -55,7 +55,7 @@ class StaleView:
 
     def __init__(self, stale: Tensor, state: Tensor, noise: Tensor | None, temperature: float, rule: Rule):
         # The rule's own scoring, so rank 0 is the rule's choice by construction, in every convention.
-        masked, _, confidence, scores = rule._score(stale, state, noise, temperature)
+        masked, _, confidence, scores = rule.score(stale, state, noise, temperature)
         ranked = torch.sort(confidence.cpu(), descending=True, stable=True).indices
         self.order: list[int] = masked.cpu()[ranked].tolist()
         self.row = {p: r for r, p in enumerate(masked.tolist())}

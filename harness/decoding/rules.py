@@ -112,14 +112,17 @@ class Rule:
         self, logits: Tensor, state: Tensor, noise: Tensor | None, temperature: float, record: bool = True
     ) -> tuple[Transition, StepRecord | None]:
         """The transition and, with `record`, how close its decision was (the reference keeps this)."""
-        masked, tokens, confidence, scores = self._score(logits, state, noise, temperature)
+        masked, tokens, confidence, scores = self.score(logits, state, noise, temperature)
         chosen = self._select(confidence).cpu()  # the logits may live on a GPU, the state on the CPU
         transition = Transition(tuple(masked[chosen].tolist()), tuple(tokens.cpu()[chosen].tolist()))
         return transition, self._record(confidence, scores, temperature) if record else None
 
-    def _score(
+    def score(
         self, logits: Tensor, state: Tensor, noise: Tensor | None, temperature: float
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """What the rule decides on: the masked positions, their candidate tokens, confidences (the
+        family's convention) and candidate scores [M, V]. Public so that a proposer ranking the
+        alternatives to the rule's choice (Spiffy) ranks by the rule's own numbers."""
         masked = (state == self.mask_id).nonzero().squeeze(1)
         if masked.numel() == 0:
             raise ValueError("a commit rule needs at least one masked position")
