@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -78,6 +78,26 @@ class ARDraftRequest:
 
 class ARProposer(Protocol):
     def propose(self, request: ARDraftRequest) -> DraftTree: ...
+
+
+@dataclass
+class DraftForwards:
+    """Network forwards a proposer has run to draft, counted by the proposer itself. A draft forward
+    of the target's own network (Psi-Spec: the gated LoRA on, the base weights shared) costs what a
+    verify forward costs, so it counts in `Metrics.target_forwards` (tokens per target forward,
+    speedup_nfe); a separate draft model's forwards are a cost of their own, reported apart."""
+
+    target: int = 0
+    """Forwards of the target's network (increment once per draft forward, whatever its rows)."""
+    model: int = 0
+    """Forwards of a separate draft model."""
+
+
+@runtime_checkable
+class CountsForwards(Protocol):
+    """An AR proposer that runs a network: the loops read `forwards` before and after a generation."""
+
+    forwards: DraftForwards
 
 
 @dataclass
@@ -150,6 +170,7 @@ def ar_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProp
     pass_commits: list[int] = []
     stops: list[str] = []
     records: list[StepRecord] = []
+    forwards_before = draft_forwards(proposer)
     start = time.perf_counter()
     while len(tokens) < config.gen_length and (not tokens or tokens[-1] != eos):
         position = session.position
@@ -186,9 +207,23 @@ def ar_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProp
             session.commit(path, token)
     metrics.wall_s = time.perf_counter() - start
     metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(tokens)
+    count_draft_forwards(metrics, proposer, forwards_before)
     steps = [Transition((i,), (t,)) for i, t in enumerate(tokens)]
     return Generation(torch.tensor(tokens, dtype=torch.long), steps, pass_commits, records if trace else None,
                       metrics, eos, stops=stops)
+
+
+def draft_forwards(proposer: object) -> DraftForwards:
+    """A copy of what a proposer has counted so far (zeros for one that runs no network)."""
+    counted = proposer.forwards if isinstance(proposer, CountsForwards) else DraftForwards()
+    return DraftForwards(counted.target, counted.model)
+
+
+def count_draft_forwards(metrics: Metrics, proposer: object, before: DraftForwards) -> None:
+    """The draft forwards a proposer ran during one generation, into its metrics."""
+    after = draft_forwards(proposer)
+    metrics.draft_target_forwards = after.target - before.target
+    metrics.draft_model_forwards = after.model - before.model
 
 
 class NoARDraft:
