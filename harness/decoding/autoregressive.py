@@ -37,7 +37,7 @@ from harness.decoding.noise import NoiseSource
 from harness.decoding.rules import StepRecord, Transition, candidate_scores
 from harness.decoding.tree import LEAF, NO_DRAFT, TOKEN, DraftTree
 from harness.errors import UserError
-from harness.targets.ar import ARTarget
+from harness.targets.ar import ARSession, ARTarget
 
 AR_RULE = "greedy"
 """The rule column of AR rows: commit rules (top1/threshold) are DLM notions; an AR target always
@@ -74,6 +74,10 @@ class ARDraftRequest:
     temperature: float
     budget: int
     """Most draft nodes the pass will evaluate (fewer near `gen_length`); extra nodes are dropped."""
+    session: ARSession | None = None
+    """The target's session, for a drafter that shares the target's weights (Psi-Spec): it may run a
+    forward over the session's KV cache (the committed context, computed once) and must leave the
+    cache as it found it."""
 
 
 class ARProposer(Protocol):
@@ -179,7 +183,8 @@ def ar_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProp
         left = config.gen_length - len(tokens) - 1  # drafts beyond this could never be committed
         context = torch.cat([prompt, torch.tensor(tokens, dtype=torch.long)])
         before = time.perf_counter()
-        draft = proposer.propose(ARDraftRequest(context, prompt.numel(), noise, temperature, min(budget, left)))
+        draft = proposer.propose(ARDraftRequest(context, prompt.numel(), noise, temperature, min(budget, left),
+                                                session))
         metrics.proposer_s += time.perf_counter() - before
         tree = prepare_ar(draft, budget, left, eos)
         before = time.perf_counter()
