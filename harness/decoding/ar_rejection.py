@@ -150,7 +150,7 @@ def ar_rejection_decode(target: ARTarget, prompt_ids: list[int] | Tensor, propos
         context = torch.cat([prompt, torch.tensor(tokens, dtype=torch.long)])
         before = time.perf_counter()
         chain = proposer.propose_chain(ARDraftRequest(context, prompt.numel(), drafting, temperature,
-                                                      min(budget, left)))
+                                                      min(budget, left), session))
         metrics.proposer_s += time.perf_counter() - before
         drafted = _kept(chain.tokens, min(budget, left), eos)
         before = time.perf_counter()
