@@ -8,6 +8,7 @@ import functools
 import pytest
 import torch
 from hypothesis import given, settings
+from hypothesis import target as target_score
 from hypothesis import strategies as st
 
 from harness.decoding import DecodeConfig, DraftTree, Generation, gumbel, parse_rule
@@ -16,7 +17,8 @@ from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_target
 from harness.targets.target import DLMTarget
 from proposers import build_proposer
-from proposers.registry import proposers_for
+from proposers.registry import proposers_for, spot_sets_folder, spot_sets_net
+from proposers.spot_sets import Calibration, SpotSetsProposer
 
 FAMILIES = ["llada", "dream", "sdar", "llada2"]
 PROMPTS = [list(b"Q: 2+2=?\nA:"), list(b"hi"), list(b"The quick brown fox")]
@@ -113,6 +115,48 @@ def test_speculative_equals_plain_in_exactness_mode(
         for commits in spec.pass_commits:
             assert commits == min(budget + 1, ends[pass_start] - pass_start + 1)
             pass_start += commits
+
+
+CALIBRATED = Calibration(commit_scale=0.5, commit_bias=-0.3, commit_rule_weight=0.5, position_temperature=2.0,
+                         position_rule_weight=0.4, token_temperature=1.6, top_bias=0.5)
+"""A calibration as far from the identity as the fitted ones (docs/spot.md), so the calibrated path runs."""
+
+
+def fitted_proposer(proposer: str, calibrated: bool, target: DLMTarget, reference: Generation):
+    if proposer == "spot-sets" and calibrated:
+        return SpotSetsProposer(spot_sets_net(spot_sets_folder(None)), CALIBRATED)
+    return build_proposer(proposer, target, reference)
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None)
+@given(
+    family=st.sampled_from(FAMILIES),
+    prompt=st.integers(0, len(PROMPTS) - 1),
+    seed=st.integers(0, 2**32),
+    temperature=st.sampled_from([0.0, 0.7, 1.0]),
+    budget=st.integers(1, 16),
+    geometry=st.sampled_from(GEOMETRIES),
+    calibrated=st.booleans(),
+)
+@pytest.mark.parametrize("proposer, kind", [("spiffy", "top1"), ("spiffy", "threshold"), ("spot-sets", "threshold")])
+def test_fitted_proposers_are_exact_under_the_rules_they_run_under(
+    proposer, kind, family, prompt, seed, temperature, budget, geometry, calibrated
+):
+    """The registry property above samples every proposer; this one gives each fitted proposer (a
+    Spiffy graph, SPOT-Sets with and without a calibration) examples under each rule a run lets it
+    run under (SPOT-Sets: threshold only), with a budget that drafts."""
+    target = exact_target(family)
+    reference = plain(family, prompt, kind, temperature, seed, geometry)
+    cfg = config(family, kind, temperature, seed, geometry)
+    spec = speculative_decode(target, PROMPTS[prompt], fitted_proposer(proposer, calibrated, target, reference),
+                              cfg, budget)
+    report = check_lossless(reference, spec, near_tie_tolerance(torch.float64))
+    assert report.exact, report
+    assert spec.steps == reference.steps and torch.equal(spec.tokens, reference.tokens)
+    check_accounting(spec)
+    assert spec.metrics.nfe <= reference.metrics.nfe
+    target_score(spec.metrics.draft_nodes)  # steer the search to examples where the proposer drafts much
 
 
 @pytest.mark.parametrize("family", FAMILIES)
