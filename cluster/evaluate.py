@@ -87,7 +87,7 @@ class Evaluator:
                           self.suite.gen_length, self.suite.block_length, text, unit.sample.reference)
             chosen = [self.chosen(arm, unit, temperature, rule) if arm.budget == AUTO else arm for arm in arms]
             out.append(evaluate_group(target, group, chosen, build_proposer, score, self.suite.exact,
-                                      near_tie_tolerance(target.dtype), self.worker))
+                                      near_tie_tolerance(target.dtype), self.worker, self.suite.ar_sampling))
         return out
 
     def chosen(self, arm: Arm, unit: Unit, temperature: float, rule: str) -> Arm:

@@ -97,6 +97,9 @@ class Suite:
     """Few-shot examples for tasks that have them; None keeps each task's own default."""
     exact: Switch = False
     """Exactness mode: float64 targets, rows evaluated one by one (any divergence is then a bug)."""
+    ar_sampling: accepts(str, "coupled or rejection", pattern="^(coupled|rejection)$") = "coupled"
+    """How AR arms sample: `coupled` (the target's noise shared, token-exact) or `rejection`
+    (Leviathan/Chen rejection sampling, lossless in distribution; `harness.decoding.ar_rejection`)."""
     device: DeviceText = "auto"
     """Where each worker decodes: auto (its GPU when it has one, else its CPU), cpu, cuda or cuda:N."""
     dtype: DtypeText = "auto"
@@ -154,7 +157,7 @@ def resolve(suite: Suite) -> None:
     from harness.targets.ar import check_ar_name, is_ar_name
     from harness.targets.tiny import parse_tiny_name
     from harness.targets.zoo import zoo_names
-    from proposers import check_arm_for_model, check_proposer
+    from proposers import check_arm_for_model, check_proposer, check_sampling
     from tasks.registry import get_task
 
     for model in suite.models:
@@ -168,6 +171,7 @@ def resolve(suite: Suite) -> None:
         check_proposer(proposer)
         for model in suite.models:  # fitted to one model, block length (a Spiffy graph) or rule (SPOT-Sets)
             check_arm_for_model(proposer, model, suite.block_length, suite.rules)
+            check_sampling(proposer, model, suite.ar_sampling)
     for name in suite.tasks:
         task = get_task(name)
         if suite.split not in task.splits:

@@ -3,7 +3,8 @@
 An arm is (model, proposer, task, temperature, rule, budget). It fails when
 
 - `exact_rate` < 100%: the lossless claim is the product, so one divergent sample fails the gate
-  (exactness does not need a baseline; checked on every arm of the run);
+  (exactness does not need a baseline; checked on every arm of the run, over its token-checked rows:
+  AR rejection sampling at T>0 is lossless in distribution, proved by a statistical test, not per row);
 - `mean_accept_len` < `accept_fraction` x the baseline's: the proposer got worse;
 - `speedup_nfe` or `speedup_wall` is outside a relative noise band around the baseline's. The band
   is two-sided on purpose: an unexplained jump is as suspicious as a drop (a change in pass
@@ -124,7 +125,10 @@ def gate(run: list[dict[str, Any]], baseline: list[dict[str, Any]], status: str 
         checks.append(Check("(run)", "status", None, None, "complete", False))
     by_key = {tuple(r[k] for k in SUMMARY_KEY): r for r in run}
     for row in run:
-        checks.append(Check(arm_name(row), "exact_rate", row["exact_rate"], None, "= 1", row["exact_rate"] == 1.0))
+        if row["exact_rate"] is None:  # rejection sampling at T>0: lossless in distribution (a test), not per row
+            checks.append(Check(arm_name(row), "exact_rate", None, None, "not token-checked (distribution)", True))
+        else:
+            checks.append(Check(arm_name(row), "exact_rate", row["exact_rate"], None, "= 1", row["exact_rate"] == 1.0))
     t = thresholds
     for base in baseline:
         arm = arm_name(base)

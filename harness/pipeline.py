@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.decoding import DecodeConfig, Generation, Proposer, parse_rule, plain_decode, speculative_decode
+from harness.decoding.ar_rejection import COUPLED, DISTRIBUTION, REJECTION, ar_rejection_decode
 from harness.decoding.autoregressive import AR_RULE, ARConfig, ARProposer, ar_decode, ar_plain_decode
 from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
 from harness.lossless import check_lossless
@@ -88,9 +89,13 @@ Scorer = Callable[[str], Score]
 
 
 def evaluate_group(target: DLMTarget | ARTarget, group: Group, arms: Sequence[Arm], build: ProposerBuilder,
-                   score: Scorer | None, exact_mode: bool, tolerance: float, worker: str = "") -> list[Row]:
-    """The rows of one group: its plain reference decoded once, then each arm, checked and scored."""
-    decode = decoder(target, group)
+                   score: Scorer | None, exact_mode: bool, tolerance: float, worker: str = "",
+                   ar_sampling: str = COUPLED) -> list[Row]:
+    """The rows of one group: its plain reference decoded once, then each arm, checked and scored.
+    AR arms in rejection mode at T>0 equal the plain reference in distribution only: their rows get
+    the verdict `distribution`, `exact` None (at T=0 the mode is greedy and checked like any arm)."""
+    decode = decoder(target, group, ar_sampling)
+    checked = ar_sampling == COUPLED or group.temperature == 0
     plain = decode(None, 0)
     completion = decode_text(target, plain.answer_ids)
     plain_score = score(completion) if score else None
@@ -98,7 +103,7 @@ def evaluate_group(target: DLMTarget | ARTarget, group: Group, arms: Sequence[Ar
     for arm in arms:
         spec = decode(build(arm.proposer, target, plain), arm.decode_budget)
         report = check_lossless(plain, spec, tolerance)
-        divergence = report.divergence
+        divergence = report.divergence if checked else None
         spec_completion = decode_text(target, spec.answer_ids)
         spec_score = plain_score if spec_completion == completion or not score else score(spec_completion)
         stops = Counter(spec.stops)
@@ -114,9 +119,10 @@ def evaluate_group(target: DLMTarget | ARTarget, group: Group, arms: Sequence[Ar
             mean_accept_len=spec.metrics.mean_accept_len, accepted_per_depth=list(spec.metrics.accepted_per_depth),
             stops_leaf=stops[LEAF], stops_position=stops[POSITION], stops_token=stops[TOKEN],
             stops_no_draft=stops[NO_DRAFT],
-            speedup_nfe=plain.metrics.nfe / spec.metrics.nfe,
+            spec_draft_model_forwards=spec.metrics.draft_model_forwards, ar_sampling=ar_sampling,
+            speedup_nfe=plain.metrics.target_forwards / spec.metrics.target_forwards,
             speedup_wall=plain.metrics.wall_s / spec.metrics.wall_s if spec.metrics.wall_s else None,
-            exact=report.exact, verdict=report.verdict,
+            exact=report.exact if checked else None, verdict=report.verdict if checked else DISTRIBUTION,
             divergence_token=divergence and divergence.token, divergence_step=divergence and divergence.step,
             divergence_confidence_margin=divergence and divergence.confidence_margin,
             divergence_decision_gap=divergence and divergence.decision_gap, near_tie_tolerance=tolerance,
@@ -128,9 +134,11 @@ def evaluate_group(target: DLMTarget | ARTarget, group: Group, arms: Sequence[Ar
     return rows
 
 
-def decoder(target: DLMTarget | ARTarget, group: Group) -> Callable[[Proposer | ARProposer | None, int], Generation]:
+def decoder(target: DLMTarget | ARTarget, group: Group, ar_sampling: str = COUPLED
+            ) -> Callable[[Proposer | ARProposer | None, int], Generation]:
     """The group's loop as `decode(proposer, budget)`; proposer None: the traced plain reference.
-    AR targets decode token by token and take only the rule `greedy`; DLMs block by block with the group's rule."""
+    AR targets decode token by token and take only the rule `greedy`, coupled or by rejection
+    sampling (`harness.decoding.ar_rejection`); DLMs block by block with the group's rule, coupled."""
     prompt = list(group.prompt_ids)
     if isinstance(target, ARTarget):
         if group.rule != AR_RULE:
@@ -140,8 +148,12 @@ def decoder(target: DLMTarget | ARTarget, group: Group) -> Callable[[Proposer | 
         def decode_ar(proposer: ARProposer | None, budget: int) -> Generation:
             if proposer is None:
                 return ar_plain_decode(target, prompt, ar_config)
+            if ar_sampling == REJECTION:
+                return ar_rejection_decode(target, prompt, proposer, ar_config, budget)
             return ar_decode(target, prompt, proposer, ar_config, budget)
         return decode_ar
+    if ar_sampling != COUPLED:
+        raise ValueError(f"a diffusion target decodes coupled, not with ar_sampling {ar_sampling!r}")
     config = DecodeConfig(parse_rule(group.rule, target.family, target.mask_id), group.gen_length,
                           group.block_length, group.temperature, group.seed)
 
@@ -162,4 +174,4 @@ def _metrics(prefix: str, generation: Generation) -> dict[str, Any]:
     return {f"{prefix}_nfe": m.nfe, f"{prefix}_rows": m.rows, f"{prefix}_commits": m.commits,
             f"{prefix}_tokens": len(generation.answer_ids), f"{prefix}_wall_s": m.wall_s,
             f"{prefix}_target_s": m.target_s, f"{prefix}_proposer_s": m.proposer_s,
-            f"{prefix}_other_s": m.other_s}
+            f"{prefix}_other_s": m.other_s, f"{prefix}_target_forwards": m.target_forwards}

@@ -11,6 +11,7 @@ import html
 from collections import defaultdict
 from typing import Any
 
+from harness.decoding.autoregressive import AR_RULE
 from harness.errors import UserError
 from harness.gate import wilson_interval
 from harness.results import AUTO, ROW_SCHEMA, RunDir
@@ -39,6 +40,7 @@ def render_report(run: RunDir) -> str:
         _section("Budget chosen by measured latency (auto): predicted against measured speedup_wall",
                  _auto_table(summary)),
         _section("Exactness", _exactness_table(summary, rows)),
+        _section("Autoregressive arms: tokens per cycle and per target forward", _ar_table(summary)),
         _section("Accuracy of the plain reference (95% Wilson interval)", _accuracy_charts(summary)),
         _section("Accuracy", _accuracy_table(summary)),
     ]
@@ -142,11 +144,30 @@ def _exactness_table(summary: list[dict], rows: list[dict]) -> str:
     verdicts = defaultdict(lambda: defaultdict(int))
     for r in rows:
         verdicts[_arm(r)][r["verdict"]] += 1
-    head = "<tr><th>arm</th><th>n</th><th>exact</th><th>near-tie</th><th>logic-error</th><th>exact rate</th></tr>"
+    head = ("<tr><th>arm</th><th>n</th><th>exact</th><th>near-tie</th><th>logic-error</th><th>distribution</th>"
+            "<th>exact rate</th></tr>")
     body = "".join(
-        f'<tr class="{"ok" if r["exact_rate"] == 1 else "bad"}"><td>{_e(_arm(r))}</td><td>{r["n"]}</td>'
-        + "".join(f"<td>{verdicts[_arm(r)][v]}</td>" for v in ("exact", "near-tie", "logic-error"))
-        + f'<td>{r["exact_rate"]:.1%}</td></tr>' for r in summary)
+        f'<tr class="{"ok" if r["exact_rate"] in (1, None) else "bad"}"><td>{_e(_arm(r))}</td><td>{r["n"]}</td>'
+        + "".join(f"<td>{verdicts[_arm(r)][v]}</td>" for v in ("exact", "near-tie", "logic-error", "distribution"))
+        + f'<td>{_pct(r["exact_rate"])}</td></tr>' for r in summary)
+    note = ("<p>distribution: rejection-sampling rows at T&gt;0, equal to plain decoding in distribution "
+            "(a statistical test), not token for token, so not token-checked.</p>"
+            if any(r["distribution_n"] for r in summary) else "")
+    return f"<table>{head}{body}</table>{note}"
+
+
+def _ar_table(summary: list[dict]) -> str:
+    """Tau (tokens per verify pass), tokens per forward of the target's network (a drafter's forwards
+    on it counted), the speedups and the acceptance at each draft depth."""
+    ar = [r for r in summary if r["rule"] == AR_RULE]
+    if not ar:
+        return ""
+    head = ("<tr><th>arm</th><th>sampling</th><th>n</th><th>tau</th><th>tokens per target forward</th>"
+            "<th>speedup nfe</th><th>speedup wall</th><th>acceptance per depth</th></tr>")
+    body = "".join(
+        f"<tr><td>{_e(_arm(r))}</td><td>{_e(r['ar_sampling'])}</td><td>{r['n']}</td><td>{r['mean_accept_len']:.2f}</td>"
+        f"<td>{r['tokens_per_target_forward']:.2f}</td><td>{_x(r['speedup_nfe'])}</td><td>{_x(r['speedup_wall'])}</td>"
+        f"<td>{', '.join(f'{a:.2f}' for a in r['accept_rate_per_depth'])}</td></tr>" for r in ar)
     return f"<table>{head}{body}</table>"
 
 

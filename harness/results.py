@@ -44,7 +44,7 @@ import pyarrow as pa
 from harness import configs, store
 from harness.errors import UserError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 AUTO = -1
 """The budget of an `auto` arm in rows and summaries: each worker chooses the budget itself
 (`chosen_budget` says which)."""
@@ -77,6 +77,9 @@ class Row:
     """The budget decoded with: `budget` itself, or for an `auto` arm (budget -1) the worker's choice."""
     predicted_speedup_wall: float | None
     """An `auto` arm's speedup_wall as its worker predicted it when choosing (`harness.budget`)."""
+    ar_sampling: str
+    """`coupled` (token-exact; every DLM arm) or `rejection` (AR rejection sampling,
+    `harness.decoding.ar_rejection`): the run's `--ar-sampling`."""
     # decoding settings shared by every row of a run
     gen_length: int
     block_length: int
@@ -96,6 +99,7 @@ class Row:
     plain_target_s: float
     plain_proposer_s: float
     plain_other_s: float
+    plain_target_forwards: int
     stale_hit_rate: float | None
     # speculative arm
     spec_nfe: int
@@ -106,6 +110,11 @@ class Row:
     spec_target_s: float
     spec_proposer_s: float
     spec_other_s: float
+    spec_target_forwards: int
+    """Forwards of the target's network: verify passes (`spec_nfe`) plus the proposer's draft forwards on
+    it (Psi-Spec); `speedup_nfe` is plain_target_forwards / spec_target_forwards."""
+    spec_draft_model_forwards: int
+    """Forwards of a separate draft model (`draft-model:NAME`), not counted as target forwards."""
     draft_nodes: int
     mean_accept_len: float
     accepted_per_depth: list[int]
@@ -117,7 +126,8 @@ class Row:
     speedup_nfe: float
     speedup_wall: float | None
     # lossless check
-    exact: bool
+    exact: bool | None
+    """None when the row is not token-checked (verdict `distribution`: rejection sampling at T>0)."""
     verdict: str
     divergence_token: int | None
     divergence_step: int | None

@@ -45,13 +45,23 @@ class SummaryRow:
     """The budgets decoded with: `budget` itself, or for `auto` (budget -1) each worker's choice."""
     predicted_speedup_wall: float | None
     """`auto` arms: the speedup_wall their workers predicted (mean), beside the measured one."""
+    ar_sampling: str
     n: int
-    exact_rate: float
+    exact_rate: float | None
+    """Of the token-checked rows, the share equal to plain decoding; None when none was checked."""
+    distribution_n: int
+    """Rows reported, not token-checked (verdict `distribution`: AR rejection sampling at T>0)."""
     lossless_rate: float
     speedup_nfe: float
+    """Plain over speculative target forwards (a proposer's draft forwards on the target's network counted)."""
     speedup_nfe_ci95: list[float]
     speedup_wall: float | None
     mean_accept_len: float
+    """Tokens per verify pass (AR: tokens per cycle, tau), bonus included."""
+    tokens_per_target_forward: float
+    """Tokens per forward of the target's network, draft and verify forwards counted."""
+    accept_rate_per_depth: list[float]
+    """[d]: the share of passes that accepted a draft at depth d + 1 (vLLM's per-position acceptance)."""
     accuracy: float | None
     correct: int | None
     spec_accuracy: float | None
@@ -84,7 +94,7 @@ def summarize(rows: pa.Table) -> pa.Table:
     out = []
     for cell_key, arms in sorted(cells.items()):
         draws = _joint_draws(arms)
-        speedups = {arm: _ratio(members, "plain_nfe", "spec_nfe") for arm, members in arms.items()}
+        speedups = {arm: _ratio(members, "plain_target_forwards", "spec_target_forwards") for arm, members in arms.items()}
         kinds = {arm: members[0]["proposer_kind"] for arm, members in arms.items()}
         baselines = [arm for arm in arms if kinds[arm] == "baseline"]
         best = max(baselines, key=speedups.__getitem__) if baselines else None
@@ -107,21 +117,30 @@ def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str
     n = len(members)
     total = {f: sum(r[f] for r in members) for f in (
         "plain_nfe", "spec_nfe", "plain_wall_s", "spec_wall_s", "spec_proposer_s", "spec_commits",
+        "plain_target_forwards", "spec_target_forwards",
         "plain_tokens", "spec_tokens", "stops_leaf", "stops_position", "stops_token")}
     stale = [r["stale_hit_rate"] for r in members if r["stale_hit_rate"] is not None]
     predicted = [r["predicted_speedup_wall"] for r in members if r["predicted_speedup_wall"] is not None]
     scored = [r for r in members if r["correct"] is not None]
     correct = sum(bool(r["correct"]) for r in scored)
     wall = total["spec_wall_s"]
+    checked = [r["exact"] for r in members if r["exact"] is not None]
+    depths = max(len(r["accepted_per_depth"]) for r in members)
+    accepted = [sum(r["accepted_per_depth"][d] for r in members if d < len(r["accepted_per_depth"]))
+                for d in range(depths)]
     return key | {
         "proposer_kind": members[0]["proposer_kind"], "trained_on": members[0]["trained_on"], "n": n,
         "chosen_budgets": sorted({r["chosen_budget"] for r in members}),
         "predicted_speedup_wall": statistics.mean(predicted) if predicted else None,
-        "exact_rate": sum(r["exact"] for r in members) / n,
+        "ar_sampling": members[0]["ar_sampling"],
+        "exact_rate": sum(checked) / len(checked) if checked else None,
+        "distribution_n": n - len(checked),
         "lossless_rate": sum(r["verdict"] != "logic-error" for r in members) / n,
-        "speedup_nfe": total["plain_nfe"] / total["spec_nfe"],
+        "speedup_nfe": total["plain_target_forwards"] / total["spec_target_forwards"],
         "speedup_wall": total["plain_wall_s"] / wall if wall else None,
         "mean_accept_len": total["spec_commits"] / total["spec_nfe"],
+        "tokens_per_target_forward": total["spec_commits"] / total["spec_target_forwards"],
+        "accept_rate_per_depth": [a / total["spec_nfe"] for a in accepted],
         "accuracy": correct / len(scored) if scored else None,
         "correct": correct if scored else None,
         "spec_accuracy": sum(bool(r["spec_correct"]) for r in scored) / len(scored) if scored else None,
@@ -147,7 +166,7 @@ def _joint_draws(arms: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         per_prompt = sums[arm] = {}
         for row in members:
             plain, spec = per_prompt.get(row["sample_id"], (0, 0))
-            per_prompt[row["sample_id"]] = (plain + row["plain_nfe"], spec + row["spec_nfe"])
+            per_prompt[row["sample_id"]] = (plain + row["plain_target_forwards"], spec + row["spec_target_forwards"])
     prompt_sets = {tuple(sorted(per_prompt)) for per_prompt in sums.values()}
     if len(prompt_sets) > 1:
         return {arm: _joint_draws({arm: members})[arm] for arm, members in arms.items()}

@@ -5,7 +5,7 @@ to the loop that calls it, since dependencies point downward (`proposers -> harn
 """
 
 from harness.decoding.tree import DraftNode, DraftRequest, DraftTree, Proposer
-from proposers.registry import PROPOSERS, arms, build_proposer, check_arm_for_model, check_proposer
+from proposers.registry import PROPOSERS, arms, build_proposer, check_arm_for_model, check_proposer, check_sampling
 
 __all__ = ["PROPOSERS", "DraftNode", "DraftRequest", "DraftTree", "Proposer", "arms", "build_proposer",
-           "check_arm_for_model", "check_proposer"]
+           "check_arm_for_model", "check_proposer", "check_sampling"]

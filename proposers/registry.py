@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.decoding import Generation, Proposer
+from harness.decoding.ar_rejection import COUPLED
 from harness.decoding.autoregressive import ARProposer
 from harness.errors import UserError
 from harness.pipeline import AUTO, Arm
@@ -37,6 +38,7 @@ from harness.targets.target import DLMTarget
 from harness.targets.zoo import ZOO_DIR, model_dir, zoo_names
 from proposers import spot_sets
 from proposers.confidence import ConfidenceProposer
+from proposers.draft_model import build_draft_model, check_draft_fits, check_draft_name
 from proposers.oracle import AROracleProposer, OracleProposer
 from proposers.prompt_lookup import PromptLookupProposer
 from proposers.spiffy import DEFAULT_GRAPH, GRAPH_FILE, SpiffyCalibration, SpiffyProposer, load_calibration
@@ -57,6 +59,9 @@ class Family:
     """The target kinds it drafts for (`harness.targets.registry.target_kind`)."""
     check_for_rule: Callable[[str | None, str], None] | None = None
     """Families fitted to one commit rule: UserError naming the mismatch with a run's rule."""
+    distributions: bool = False
+    """AR proposers that return their draft distributions q (`DistributionProposer`): the ones that
+    can draft in rejection-sampling mode (`--ar-sampling rejection`)."""
 
 
 def spot_trained_on(argument: str | None) -> str | None:
@@ -120,6 +125,9 @@ PROPOSERS: dict[str, Family] = {
     "spiffy": Family("baseline", lambda arg, target, plain: SpiffyProposer(spiffy_calibration(arg)),
                      spiffy_calibrated_on, check_spiffy_fits),
     "prompt-lookup": Family("baseline", lambda arg, target, plain: PromptLookupProposer(), targets=("ar",)),
+    "draft-model": Family("baseline", lambda arg, target, plain: build_draft_model(arg, target),
+                          lambda arg: check_draft_name(arg), lambda arg, model, _: check_draft_fits(arg, model),
+                          targets=("ar",), distributions=True),
     "spot": Family("learned", lambda arg, target, plain: SpotProposer(spot_net(spot_folder(arg), device_of(target))),
                    spot_trained_on),
     "spot-sets": Family("learned", lambda arg, target, plain: spot_sets.SpotSetsProposer(
@@ -160,6 +168,21 @@ def check_arm_for_model(spec: str, model: str, block_length: int, rules: Sequenc
         family.check_for_model(argument, model, block_length)
     for rule in rules if family.check_for_rule else ():
         family.check_for_rule(argument, rule)
+
+
+def check_sampling(spec: str, model: str, sampling: str) -> None:
+    """UserError (one line) if rejection-sampling mode is asked of a target or proposer that cannot
+    take it: it needs an autoregressive target and a proposer that returns its draft distributions."""
+    if sampling == COUPLED:
+        return
+    family, _ = parse_proposer(spec)
+    if target_kind(model) != "ar":
+        raise UserError(f"--ar-sampling {sampling} is for autoregressive targets; model {model!r} is a diffusion "
+                        "target (its arms are always coupled): run it with --ar-sampling coupled")
+    if not family.distributions:
+        givers = [name for name, f in PROPOSERS.items() if f.distributions]
+        raise UserError(f"--ar-sampling {sampling} needs the draft distributions q, which proposer {spec!r} does not "
+                        f"give; use {', '.join(givers)}, or --ar-sampling coupled")
 
 
 KIND_NAMES = {"dlm": "diffusion (DLM)", "ar": "autoregressive"}

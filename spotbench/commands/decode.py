@@ -36,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--gen-length", default="64")
     parser.add_argument("--block-length", default="16")
     parser.add_argument("--exact", action="store_true", help="exactness mode: float64, rows one by one")
+    parser.add_argument("--ar-sampling", default="coupled",
+                        help="autoregressive targets: coupled (token-exact) or rejection (rejection sampling, "
+                             "lossless in distribution: verdict 'distribution' at T>0)")
     parser.add_argument("--device", default="auto", help="auto (a GPU when visible, else the CPU), cpu, cuda, cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto (bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64")
     parser.add_argument("--near-tie", help="decision gap below which a divergence is a near-tie (default: by dtype)")
@@ -45,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 FLAGS = {"models": "--model", "proposers": "--proposer", "budgets": "--budget", "rules": "--rule",
          "temperatures": "--temperature", "seeds": "--seed", "gen_length": "--gen-length",
-         "block_length": "--block-length"}
+         "block_length": "--block-length", "ar_sampling": "--ar-sampling"}
 """This command's flag for each suite setting, for messages."""
 
 
@@ -63,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     # one group of a suite, checked as a run checks it; a list of one each, so a comma is no second value
     suite = build_suite({}, {"models": [args.model], "proposers": [args.proposer], "budgets": [args.budget],
                              "rules": [args.rule], "temperatures": [args.temperature], "seeds": [args.seed],
-                             "gen_length": args.gen_length, "block_length": args.block_length}, FLAGS)
+                             "gen_length": args.gen_length, "block_length": args.block_length,
+                             "ar_sampling": args.ar_sampling}, FLAGS)
     near_tie = None if args.near_tie is None else check_value(NonNegative, args.near_tie, "--near-tie")
     [arm] = arms(suite.proposers, suite.budgets)
     [(temperature, rule, seed)] = suite.groups(args.model)
@@ -78,8 +82,9 @@ def run(args: argparse.Namespace) -> int:
         ids = tuple(target.tokenizer.encode(text, add_special_tokens=False))
         group = Group(target.name, "prompt", str(index), ids, temperature, rule, seed,
                       suite.gen_length, suite.block_length)
-        [row] = evaluate_group(target, group, [arm], build_proposer, None, args.exact, tolerance)
-        if row.verdict == "logic-error" or (args.exact and not row.exact):
+        [row] = evaluate_group(target, group, [arm], build_proposer, None, args.exact, tolerance,
+                               ar_sampling=suite.ar_sampling)
+        if row.verdict == "logic-error" or (args.exact and row.exact is False):
             status = 1
         result = dataclasses.asdict(row) | {"prompt": text}
         print(json.dumps(result) if args.json else render(index, result))
@@ -112,7 +117,9 @@ def render(index: int, row: dict) -> str:
     lines.append(f"  {'accepted/depth':<18}{'':>12}  {row['accepted_per_depth']}")
     lines.append(f"  speedup_nfe {row['speedup_nfe']:.2f}x   speedup_wall {row['speedup_wall']:.2f}x")
     verdict = row["verdict"]
-    if verdict != "exact":
+    if verdict == "distribution":
+        verdict += " (rejection sampling: equal to plain decoding in distribution, not token for token)"
+    elif verdict != "exact":
         verdict += (f" at step {row['divergence_step']}, token {row['divergence_token']}: confidence margin "
                     f"{row['divergence_confidence_margin']}, decision gap {row['divergence_decision_gap']} "
                     f"(near-tie below {row['near_tie_tolerance']:g})")

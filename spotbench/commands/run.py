@@ -32,6 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--fewshot", help="few-shot examples for tasks that have them")
     parser.add_argument("--exact", action="store_true", default=None,
                         help="exactness mode: float64 targets, rows evaluated one by one")
+    parser.add_argument("--ar-sampling", help="autoregressive arms: coupled (default; token-exact) or rejection "
+                                              "(rejection sampling, lossless in distribution)")
     parser.add_argument("--device", help="auto (default: a worker's GPU when it has one, else its CPU), cpu, cuda, cuda:N")
     parser.add_argument("--dtype", help="auto (default: bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64")
     parser.add_argument("--workers", help="Ray workers (default: as many as the GPUs hold, else one per CPU)")
@@ -56,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         "limit": args.limit, "temperatures": args.temperatures, "rules": args.rules,
         "budgets": args.budgets, "seeds": args.seeds, "gen_length": args.gen_length,
         "block_length": args.block_length, "num_fewshot": args.fewshot, "exact": args.exact,
+        "ar_sampling": args.ar_sampling,
         "workers": args.workers, "device": args.device, "dtype": args.dtype, "gpus_per_worker": args.gpus_per_worker,
     })
     check_storable(suite)

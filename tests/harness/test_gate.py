@@ -51,7 +51,7 @@ def test_a_run_equal_to_its_baseline_passes(tmp_path, rows, capsys) -> None:
 
 def test_a_regressed_run_fails_with_a_table(tmp_path, rows, capsys) -> None:
     base = write_run(tmp_path / "base", [r | {"correct": True} for r in rows])
-    bad = [r | {"correct": False, "spec_nfe": r["spec_nfe"] * 2, "spec_commits": r["spec_commits"],
+    bad = [r | {"correct": False, "spec_nfe": r["spec_nfe"] * 2, "spec_target_forwards": r["spec_target_forwards"] * 2,
                 "spec_wall_s": r["spec_wall_s"] * 4} for r in rows]
     bad[0] |= {"exact": False, "verdict": "logic-error"}
     run = write_run(tmp_path / "run", bad)

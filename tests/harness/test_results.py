@@ -32,7 +32,8 @@ def test_rows_match_the_schema_and_carry_both_arms(groups) -> None:
     row = dataclasses.asdict(groups[0][1])
     assert list(row) == ROW_SCHEMA.names
     assert (row["proposer"], row["budget"]) == ("confidence", 4)
-    assert row["speedup_nfe"] == row["plain_nfe"] / row["spec_nfe"]
+    assert row["speedup_nfe"] == row["plain_nfe"] / row["spec_nfe"] == row["plain_target_forwards"] / row["spec_target_forwards"]
+    assert (row["ar_sampling"], row["spec_draft_model_forwards"]) == ("coupled", 0)
     assert row["exact"] and row["verdict"] == "exact" and row["divergence_step"] is None
     assert (row["proposer_kind"], row["trained_on"]) == ("baseline", None)
     budget0 = groups[0][0]
@@ -152,7 +153,7 @@ def test_summary_is_ratios_of_sums_per_arm(tmp_path, groups) -> None:
     summary = {(r["proposer"], r["budget"]): r for r in run.write_summary().to_pylist()}
     assert len(summary) == 4 and all(r["n"] == 2 for r in summary.values())
     arm = [r for r in rows if (r["proposer"], r["budget"]) == ("confidence", 4)]
-    expected = sum(r["plain_nfe"] for r in arm) / sum(r["spec_nfe"] for r in arm)
+    expected = sum(r["plain_target_forwards"] for r in arm) / sum(r["spec_target_forwards"] for r in arm)
     assert summary["confidence", 4]["speedup_nfe"] == pytest.approx(expected)
     low, high = summary["confidence", 4]["speedup_nfe_ci95"]
     assert low <= expected <= high
@@ -173,8 +174,8 @@ def test_summary_is_ratios_of_sums_per_arm(tmp_path, groups) -> None:
 def test_speedup_interval_resamples_prompts_with_their_seeds_together() -> None:
     # Prompt a: seeds at 2x and 1x, b: 1x twice. Drawing prompts, the highest draw is a twice, 4/3;
     # drawing rows, a's 2x seed three times of four (5% of draws) would push the top past 1.5.
-    rows = [{"sample_id": "a", "plain_nfe": 10, "spec_nfe": 5}, {"sample_id": "a", "plain_nfe": 10, "spec_nfe": 10},
-            {"sample_id": "b", "plain_nfe": 10, "spec_nfe": 10}, {"sample_id": "b", "plain_nfe": 10, "spec_nfe": 10}]
+    rows = [{"sample_id": s, "plain_target_forwards": 10, "spec_target_forwards": spec}
+            for s, spec in (("a", 5), ("a", 10), ("b", 10), ("b", 10))]
     assert interval(_joint_draws({"arm": rows})["arm"]) == pytest.approx((1.0, 4 / 3))
 
 
