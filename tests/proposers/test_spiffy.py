@@ -190,6 +190,17 @@ def test_run_refuses_a_mismatched_graph_before_anything_starts(tmp_path, capsys,
     assert not out.exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--model", "sdar-b", "--block-length", "32"], "spiffy was calibrated for model 'sdar-a', not 'sdar-b'"),
+    (["--model", "sdar-a", "--block-length", "16"], "spiffy was calibrated at block length 32, not 16"),
+])
+def test_decode_refuses_a_mismatched_graph(capsys, args, message):
+    assert main(["decode", "--prompt", "1+1=", "--proposer", "spiffy", *args]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("spotbench: error: ") and message in err and "\n" not in err and not captured.out
+
+
 @pytest.mark.parametrize("tasks, message", [
     ("gsm8k/test:5", "must not come from a test split"),
     ("arith:3,mbpp/test:2", "must not come from a test split"),

@@ -306,6 +306,32 @@ def test_run_refuses_a_mismatched_rule_before_anything_starts(checkpoints, tmp_p
     assert not out.exists()
 
 
+def test_run_refuses_a_calibration_for_another_model_before_anything_starts(checkpoints, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["run", "--models", "tiny-random:sdar", "--proposers", f"confidence,spot-sets:{checkpoints[1]}",
+            "--rules", "threshold:0.8", "--limit", "1", "--gen-length", "16", "--block-length", "8", "--output",
+            str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("spotbench: error: ") and "\n" not in err
+    assert "was calibrated for model 'tiny-random:llada', not 'tiny-random:sdar'" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("which, model, rule, message", [
+    (0, "tiny-random:sdar", "top1", "commits one position per step"),
+    (0, "tiny-random:sdar", "threshold:0.5", "was trained for threshold:0.9, not threshold:0.5"),
+    (1, "tiny-random:sdar", "threshold:0.8", "was calibrated for model 'tiny-random:llada', not 'tiny-random:sdar'"),
+])
+def test_decode_refuses_what_a_run_refuses(checkpoints, capsys, which, model, rule, message):
+    args = ["decode", "--prompt", "1+1=", "--model", model, "--proposer", f"spot-sets:{checkpoints[which]}",
+            "--rule", rule, "--gen-length", "16", "--block-length", "8"]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("spotbench: error: ") and message in err and "\n" not in err and not captured.out
+
+
 @pytest.mark.parametrize("args, message", [
     (["--tasks", "arith/test:3"], "calibration prompts must not come from a test split"),
     (["--tasks", "arith:30,gsm8k:21"], "at most 50 calibration prompts"),
