@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.suite import Suite
+from harness.chat import Chat
 from harness.pipeline import AUTO, Arm, Group, Score, evaluate_group
 from harness.results import Row
 from tasks.base import Sample, prompt_ids
+from tasks.prompt_ids import check_in_vocabulary
 
 
 CALIBRATION_PROMPTS = 4
@@ -56,9 +58,16 @@ class Evaluator:
         if name not in self._targets:
             from harness.targets.registry import load_target
 
-            target = load_target(name, device=self.suite.device, dtype=self.suite.dtype)
+            target = load_target(name, device=self.suite.device, dtype=self.suite.dtype,
+                                 mask_id=self.suite.mask_id, eos_id=self.suite.eos_id)
             self._targets[name] = target.exact() if self.suite.exact else target
         return self._targets[name]
+
+    def chat(self, model: str) -> Chat:
+        """How prompts reach `model`: its chat template unless the suite turns it off."""
+        chat = Chat(self.target(model).tokenizer, self.suite.chat_template, self.suite.system_prompt)
+        chat.check(model)
+        return chat
 
     def task(self, name: str) -> Any:
         if name not in self._tasks:
@@ -73,20 +82,24 @@ class Evaluator:
         from proposers import build_proposer
 
         target, task = self.target(unit.model), self.task(unit.task)
-        ids = tuple(prompt_ids(task, unit.sample, target.tokenizer))
-        text = task.prompt(unit.sample, target.tokenizer)
+        chat = self.chat(unit.model)
+        ids = tuple(check_in_vocabulary(prompt_ids(task, unit.sample, chat), target.vocab_size))
+        text = task.prompt(unit.sample, chat)
         arms = [a for a in self.arms if unit.arms is None or (a.proposer, a.budget) in unit.arms]
 
         def score(completion: str) -> Score:
             result = task.score([unit.sample], [completion])[0]
             return Score(bool(result["correct"]), result)
 
+        scorer = score if getattr(task, "scored", True) else None  # token-id prompts have no reference
+
         out = []
         for temperature, rule, seed in unit.groups:
             group = Group(unit.model, unit.task, unit.sample.sample_id, ids, temperature, rule, seed,
-                          self.suite.gen_length, self.suite.block_length, text, unit.sample.reference)
+                          self.suite.gen_length, self.suite.block_length, text, unit.sample.reference,
+                          chat.label)
             chosen = [self.chosen(arm, unit, temperature, rule) if arm.budget == AUTO else arm for arm in arms]
-            out.append(evaluate_group(target, group, chosen, build_proposer, score, self.suite.exact,
+            out.append(evaluate_group(target, group, chosen, build_proposer, scorer, self.suite.exact,
                                       near_tie_tolerance(target.dtype), self.worker, self.suite.ar_sampling))
         return out
 
@@ -103,7 +116,7 @@ class Evaluator:
             target, task = self.target(unit.model), self.task(unit.task)
             config = DecodeConfig(parse_rule(rule, target.family, target.mask_id), self.suite.gen_length,
                                   self.suite.block_length, temperature, CALIBRATION_SEED)
-            prompts = [prompt_ids(task, s, target.tokenizer) for s in task.load("train", limit=CALIBRATION_PROMPTS)]
+            prompts = [prompt_ids(task, s, self.chat(unit.model)) for s in task.load("train", limit=CALIBRATION_PROMPTS)]
             cost_key = (unit.model, self.suite.gen_length, self.suite.block_length)
             if cost_key not in self._costs:
                 self._costs[cost_key] = measure_pass_cost(target, prompts[0], config)

@@ -95,6 +95,14 @@ class Suite:
     block_length: Count = 32
     num_fewshot: accepts(int, "a whole number >= 0", optional=True, ge=0) = 0
     """Few-shot examples for tasks that have them; None keeps each task's own default."""
+    mask_id: accepts(int, "a token id (a whole number >= 0)", optional=True, ge=0) = None
+    """The mask token id of every diffusion target, overriding its config and tokenizer (`--mask-id`)."""
+    eos_id: accepts(int, "a token id (a whole number >= 0)", optional=True, ge=0) = None
+    """The end-of-sequence id of every target, overriding its config and tokenizer (`--eos-id`)."""
+    chat_template: Switch = True
+    """Prompts go through the tokenizer's chat template when it has one (`harness.chat`); False: raw text."""
+    system_prompt: accepts(str, "non-empty text", optional=True, min_length=1) = None
+    """A system turn before the prompt, for targets whose chat template is applied."""
     exact: Switch = False
     """Exactness mode: float64 targets, rows evaluated one by one (any divergence is then a bug)."""
     ar_sampling: accepts(str, "coupled or rejection", pattern="^(coupled|rejection)$") = "coupled"

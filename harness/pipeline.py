@@ -74,6 +74,8 @@ class Group:
     """The prompt text behind `prompt_ids`, stored in every row."""
     reference: str | None = None
     """The gold answer (`tasks.base.Sample.reference`), stored in every row; None without a task."""
+    chat_template: str = "none"
+    """How `prompt` was rendered (`harness.chat.Chat.label`), stored in every row."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,8 @@ def evaluate_group(target: DLMTarget | ARTarget, group: Group, arms: Sequence[Ar
             proposer_kind=arm.kind, trained_on=arm.trained_on, chosen_budget=arm.decode_budget,
             predicted_speedup_wall=arm.predicted_speedup_wall,
             gen_length=group.gen_length, block_length=group.block_length, exact_mode=exact_mode,
-            prompt_tokens=len(group.prompt_ids), prompt=group.prompt, reference=group.reference,
+            prompt_tokens=len(group.prompt_ids), prompt=group.prompt, chat_template=group.chat_template,
+            reference=group.reference,
             **_metrics("plain", plain), stale_hit_rate=plain.metrics.stale_hit_rate,
             **_metrics("spec", spec), draft_nodes=spec.metrics.draft_nodes,
             mean_accept_len=spec.metrics.mean_accept_len, accepted_per_depth=list(spec.metrics.accepted_per_depth),

@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from harness.chat import as_chat
+from harness.errors import UserError
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -64,19 +67,29 @@ class Task(Protocol):
 
 
 def prompt_ids(task: Task, sample: Sample, tokenizer: Any) -> list[int]:
-    """The prompt as token ids; no special tokens are added (`render` already applied any template)."""
-    return tokenizer.encode(task.prompt(sample, tokenizer), add_special_tokens=False)
+    """The prompt as token ids; no special tokens are added (`render` already applied any template).
+    `tokenizer` may be a `harness.chat.Chat` (template switch, system prompt). A sample given as ids
+    (`tasks.prompt_ids`) keeps them as they are."""
+    if "prompt_ids" in sample.meta:
+        return list(sample.meta["prompt_ids"])
+    chat = as_chat(tokenizer)
+    if chat.tokenizer is None:
+        raise UserError(f"task {task.name!r} has text prompts and the target has no tokenizer; "
+                        "give token-id prompts (task ids:FILE.jsonl) or a checkpoint with tokenizer files")
+    return chat.tokenizer.encode(task.prompt(sample, chat), add_special_tokens=False)
 
 
-def render(user_text: str, raw_prompt: str, tokenizer: Any = None, prefill: str = "") -> str:
-    """`raw_prompt` for base models; for a tokenizer with a chat template, `user_text` as the user
-    turn followed by `prefill`, the start of the answer (e.g. the function header the model must
-    continue), so both styles end where the completion begins and share the stop strings."""
-    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+def render(user_text: str, raw_prompt: str, tokenizer: Any = None, prefill: str = "",
+           shots: tuple[tuple[str, str], ...] = ()) -> str:
+    """`raw_prompt` for base models and with the template switched off; through a chat template
+    (`tokenizer`: a tokenizer that has one, or a `harness.chat.Chat` that applies), `user_text` as the
+    user turn after any `shots` (few-shot (question, answer) turns), followed by `prefill`, the start
+    of the answer (e.g. the function header the model must continue), so both styles end where the
+    completion begins and share the stop strings."""
+    chat = as_chat(tokenizer)
+    if not chat.applies:
         return raw_prompt
-    messages = [{"role": "user", "content": user_text}]
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return text + prefill
+    return chat.render(user_text, shots) + prefill
 
 
 def cut(text: str, stop_strings: tuple[str, ...]) -> str:

@@ -62,12 +62,17 @@ class GSM8K:
         if self.num_fewshot and split == "test":
             shots = data.load_rows(self.name, SOURCES["train"], data_dir)[: self.num_fewshot]
             context = "".join(format_example(r["question"], r["answer"]) for r in shots)
-            samples = [Sample(s.sample_id, s.question, s.target, s.reference, {"fewshot": context})
+            turns = tuple((format_example(r["question"]), " " + r["answer"]) for r in shots)
+            samples = [Sample(s.sample_id, s.question, s.target, s.reference, {"fewshot": context, "shots": turns})
                        for s in samples]
         return samples
 
     def prompt(self, sample: Sample, tokenizer: Any = None) -> str:
         text = sample.meta.get("fewshot", "") + format_example(sample.question)
+        shots = sample.meta.get("shots", ())
+        if shots:  # through a chat template the examples are earlier turns, the instruction opens the first
+            shots = ((f"{INSTRUCTION}\n\n{shots[0][0]}", shots[0][1]), *shots[1:])
+            return render(format_example(sample.question), text, tokenizer, shots=shots)
         return render(f"{INSTRUCTION}\n\n{text}", text, tokenizer)
 
     def score(self, samples: list[Sample], completions: list[str]) -> list[dict[str, Any]]:

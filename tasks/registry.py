@@ -9,6 +9,7 @@ from typing import Any
 
 from harness.errors import UserError
 from tasks.base import Task, prompt_ids
+from tasks.prompt_ids import PREFIX, PromptIds
 
 TASKS = {
     "arith": "tasks.arith:Arith",
@@ -27,8 +28,10 @@ def task_names() -> list[str]:
 def get_task(name: str, num_fewshot: int | None = None) -> Task:
     """A fresh task object for `name`; `num_fewshot` sets the examples in the prompt of tasks that
     take any (zero-shot tasks ignore it), None keeps the task's default."""
+    if name.startswith(PREFIX):
+        return PromptIds(name.removeprefix(PREFIX))
     if name not in TASKS:
-        raise UserError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}")
+        raise UserError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}, or ids:FILE.jsonl (token-id prompts)")
     module, _, cls = TASKS[name].partition(":")
     task = getattr(importlib.import_module(module), cls)()
     if num_fewshot is not None and hasattr(task, "num_fewshot"):

@@ -1,7 +1,8 @@
 """Load and save local Hugging Face checkpoint folders of the four target families.
 
 A folder holds `config.json`, the weights as `model.safetensors` or as shards listed in
-`model.safetensors.index.json`, and tokenizer files. The family is detected from the config
+`model.safetensors.index.json`, and usually tokenizer files (without them the target decodes token
+ids: `tokenizer` is None). The family is detected from the config
 (formats/), config keys become a `ModelConfig`, and published tensor names are mapped onto
 `DLMTransformer` names. Nothing from the folder is executed: the published remote code
 (`auto_map`) is neither needed nor run, and the tokenizer is loaded without `trust_remote_code`.
@@ -39,21 +40,25 @@ CONFIG = "config.json"
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "spiece.model")
+"""Any of these means the folder ships a tokenizer, which must then load; none means it has none."""
 """Non-persistent buffers that some older exports still contain; they carry no weights."""
 
 
 def load_checkpoint(folder: str | Path, dtype: torch.dtype = torch.float32,
-                    device: torch.device | str = "cpu") -> DLMTarget:
+                    device: torch.device | str = "cpu", mask_id: int | None = None,
+                    eos_id: int | None = None) -> DLMTarget:
     """Read a checkpoint folder into a `DLMTarget` with weights in `dtype` on `device`. The model is
     built on the meta device and every tensor is read from its shard straight onto `device`, so an 8B
-    checkpoint never needs a second full copy in host memory."""
+    checkpoint never needs a second full copy in host memory. `mask_id` / `eos_id` (the `--mask-id` /
+    `--eos-id` flags) override what the folder says, for configs and tokenizers that name none."""
     folder = Path(folder)
     raw = _read_json(folder / CONFIG, what="not a checkpoint folder")
     fmt = detect_format(raw, folder / CONFIG)
     cfg = fmt.read_config(ConfigReader(raw, folder / CONFIG))
     _check_geometry(cfg, folder / CONFIG)
     tokenizer = _load_tokenizer(folder, fmt.family)
-    mask_id, eos_id = _token_ids(raw, tokenizer, fmt, cfg, folder / CONFIG)
+    mask_id, eos_id = _token_ids(raw, tokenizer, fmt, cfg, folder / CONFIG, mask_id, eos_id)
     with torch.device("meta"):
         model = DLMTransformer(cfg)
     shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
@@ -246,7 +251,7 @@ def _write_weights(folder: Path, tensors: dict[str, Tensor], max_shard_bytes: in
 
 
 def _load_tokenizer(folder: Path, family: str) -> Any:
-    """`AutoTokenizer` on the folder, offline and without remote code (`trust_remote_code=False`
+    """None for a folder without tokenizer files (it decodes token ids); else `AutoTokenizer` on the folder, offline and without remote code (`trust_remote_code=False`
     also stops transformers from asking on stdin). When the tokenizer class lives in remote code,
     a shipped `tokenizer.json` is loaded directly; Dream ships none, but its remote
     `DreamTokenizer` is Qwen2's byte-level BPE, so its `vocab.json`/`merges.txt` are read as a
@@ -254,6 +259,8 @@ def _load_tokenizer(folder: Path, family: str) -> Any:
     model_type it does not know."""
     from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerFast, Qwen2Tokenizer
 
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        return None
     try:
         return AutoTokenizer.from_pretrained(
             str(folder), local_files_only=True, config=PretrainedConfig(), trust_remote_code=False
@@ -268,24 +275,33 @@ def _load_tokenizer(folder: Path, family: str) -> Any:
 
 
 def _token_ids(
-    raw: dict[str, Any], tokenizer: Any, fmt: CheckpointFormat, cfg: ModelConfig, path: Path
+    raw: dict[str, Any], tokenizer: Any, fmt: CheckpointFormat, cfg: ModelConfig, path: Path,
+    mask_override: int | None, eos_override: int | None,
 ) -> tuple[int, int]:
-    """Mask and eos ids: config.json first (the published configs carry them), then the
-    tokenizer's special tokens, then (mask only) the family's published default."""
+    """Mask and eos ids: the override (a flag), then config.json (the published configs carry them),
+    then the tokenizer's special tokens, then (mask only) the family's published default when the
+    vocabulary has room for it."""
     default_mask = family_spec(fmt.family).default_mask_id
     candidates = {
-        "mask_token_id": [raw.get("mask_token_id"), getattr(tokenizer, "mask_token_id", None),
-                          default_mask if default_mask < cfg.vocab_size else None],
-        "eos_token_id": [raw.get("eos_token_id"), getattr(tokenizer, "eos_token_id", None)],
+        "mask": [mask_override, raw.get("mask_token_id"), getattr(tokenizer, "mask_token_id", None),
+                 default_mask if default_mask < cfg.vocab_size else None],
+        "eos": [eos_override, raw.get("eos_token_id"), getattr(tokenizer, "eos_token_id", None)],
     }
     ids = []
-    for key, values in candidates.items():
+    for kind, values in candidates.items():
         value = next((v for v in values if v is not None), None)
         if isinstance(value, list) and value:  # eos_token_id may list several stop tokens
             value = value[0]
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < cfg.vocab_size:
-            raise UserError(
-                f"{path}: {key}={value!r} is not a token id below vocab size {cfg.vocab_size}"
-            )
-        ids.append(value)
+        if value is None:
+            raise UserError(f"{path}: no {kind} token id ({CONFIG} has no {kind}_token_id and the tokenizer "
+                            f"names none); give it with --{kind}-id")
+        ids.append(check_token_id(value, cfg.vocab_size, f"{kind} id", f"--{kind}-id"))
     return ids[0], ids[1]
+
+
+def check_token_id(value: Any, vocab_size: int, what: str, flag: str) -> int:
+    """`value` as a token id of a vocabulary of `vocab_size`, else a one-line error naming `flag`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocab_size:
+        raise UserError(f"{what} {value!r} is not a token id of this target's vocabulary "
+                        f"(0..{vocab_size - 1}); give {flag} below {vocab_size}")
+    return value

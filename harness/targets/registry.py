@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.targets.ar import ARTarget, is_ar_name, load_ar_target
-from harness.targets.checkpoint import load_checkpoint
+from harness.targets.checkpoint import check_token_id, load_checkpoint
 from harness.targets.devices import resolve_device, resolve_dtype
 from harness.targets.target import DLMTarget
 from harness.targets.tiny import parse_tiny_name, tiny_random_target
@@ -24,21 +24,33 @@ def target_kind(name: str) -> str:
     return "ar" if is_ar_name(name) else "dlm"
 
 
-def load_target(name: str, device: str = "cpu", dtype: str = "float32") -> DLMTarget | ARTarget:
+def load_target(name: str, device: str = "cpu", dtype: str = "float32", mask_id: int | None = None,
+                eos_id: int | None = None) -> DLMTarget | ARTarget:
     """`device` and `dtype` as the flags spell them (`auto` allowed; `harness.targets.devices`).
-    Checkpoint weights go straight to the device, tensor by tensor, without a full copy on the host."""
+    Checkpoint weights go straight to the device, tensor by tensor, without a full copy on the host.
+    `mask_id` / `eos_id` override the target's own ids (`--mask-id` / `--eos-id`)."""
     where = resolve_device(device)
     precision = resolve_dtype(dtype, where)
     if is_ar_name(name):
-        return load_ar_target(name, where, precision)
+        if mask_id is not None:
+            raise UserError(f"--mask-id is for diffusion targets; {name} is autoregressive and has no mask token")
+        target = load_ar_target(name, where, precision)
+        if eos_id is not None:
+            target.eos_id = check_token_id(eos_id, target.vocab_size, "eos id", "--eos-id")
+        return target
     if name in zoo_names():
-        target = load_checkpoint(model_dir(name), precision, where)
+        target = load_checkpoint(model_dir(name), precision, where, mask_id, eos_id)
         target.name = name
         return target
     if name.startswith("tiny-random"):
-        return tiny_random_target(*parse_tiny_name(name)).to(where, precision)
+        target = tiny_random_target(*parse_tiny_name(name)).to(where, precision)
+        if mask_id is not None:
+            target.mask_id = check_token_id(mask_id, target.vocab_size, "mask id", "--mask-id")
+        if eos_id is not None:
+            target.eos_id = check_token_id(eos_id, target.vocab_size, "eos id", "--eos-id")
+        return target
     if Path(name).exists():
-        return load_checkpoint(name, precision, where)
+        return load_checkpoint(name, precision, where, mask_id, eos_id)
     raise UserError(
         f"unknown target {name!r}; use a zoo model ({', '.join(zoo_names()) or 'none built'}), "
         "tiny-random:<family>[:seed], smollm2, tiny-random-ar[:seed] or an existing checkpoint folder"

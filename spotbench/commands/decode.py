@@ -20,8 +20,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "decode", help="decode prompts plainly and speculatively and check that the outputs are equal"
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--prompt", help="one prompt (raw text, no chat template)")
+    source.add_argument("--prompt", help="one prompt (text; through the tokenizer's chat template when it has one)")
     source.add_argument("--prompts", type=Path, help="a file with one prompt per line")
+    source.add_argument("--prompt-ids", help="one prompt as token ids, e.g. 1,2,3 (no template; for any target)")
+    source.add_argument("--prompt-ids-file", type=Path, help="a JSONL file with one list of token ids per line")
     parser.add_argument("--model", default="tiny-random:sdar",
                         help="target: tiny-random:<family>[:seed] or a checkpoint folder; autoregressive: "
                              "smollm2, tiny-random-ar[:seed] or a causal-LM folder")
@@ -35,6 +37,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", default="0", help="noise seed in [0, 2**64)")
     parser.add_argument("--gen-length", default="64")
     parser.add_argument("--block-length", default="16")
+    parser.add_argument("--mask-id", help="mask token id, overriding the checkpoint's config and tokenizer")
+    parser.add_argument("--eos-id", help="end-of-sequence token id, overriding the checkpoint's config and tokenizer")
+    parser.add_argument("--chat-template", action=argparse.BooleanOptionalAction, default=None,
+                        help="text prompts through the tokenizer's chat template when it has one (default: on)")
+    parser.add_argument("--system-prompt", help="a system turn before each text prompt (needs a chat template)")
     parser.add_argument("--exact", action="store_true", help="exactness mode: float64, rows one by one")
     parser.add_argument("--ar-sampling", default="coupled",
                         help="autoregressive targets: coupled (token-exact) or rejection (rejection sampling, "
@@ -48,7 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 FLAGS = {"models": "--model", "proposers": "--proposer", "budgets": "--budget", "rules": "--rule",
          "temperatures": "--temperature", "seeds": "--seed", "gen_length": "--gen-length",
-         "block_length": "--block-length", "ar_sampling": "--ar-sampling"}
+         "block_length": "--block-length", "ar_sampling": "--ar-sampling", "mask_id": "--mask-id", "eos_id": "--eos-id",
+         "chat_template": "--chat-template", "system_prompt": "--system-prompt"}
 """This command's flag for each suite setting, for messages."""
 
 
@@ -56,37 +64,57 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from cluster.suite import build_suite
+    from harness.chat import Chat
     from harness.lossless import near_tie_tolerance
-    from harness.pipeline import Group, evaluate_group
+    from harness.pipeline import Group, decode_text, evaluate_group
     from harness.targets.registry import load_target
     from harness.validation import NonNegative, check_value
     from proposers import arms, build_proposer
 
-    prompts = read_prompts(args)
+    from tasks.prompt_ids import check_in_vocabulary, parse_ids, read_ids_file
+
+    if args.prompt_ids is not None:
+        prompts: list[str | list[int]] = [parse_ids(args.prompt_ids, "--prompt-ids")]
+    elif args.prompt_ids_file is not None:
+        prompts = read_ids_file(args.prompt_ids_file)
+    else:
+        prompts = read_prompts(args)
     # one group of a suite, checked as a run checks it; a list of one each, so a comma is no second value
     suite = build_suite({}, {"models": [args.model], "proposers": [args.proposer], "budgets": [args.budget],
                              "rules": [args.rule], "temperatures": [args.temperature], "seeds": [args.seed],
                              "gen_length": args.gen_length, "block_length": args.block_length,
-                             "ar_sampling": args.ar_sampling}, FLAGS)
+                             "ar_sampling": args.ar_sampling,
+                             "mask_id": args.mask_id, "eos_id": args.eos_id, "chat_template": args.chat_template,
+                             "system_prompt": args.system_prompt}, FLAGS)
     near_tie = None if args.near_tie is None else check_value(NonNegative, args.near_tie, "--near-tie")
     [arm] = arms(suite.proposers, suite.budgets)
     [(temperature, rule, seed)] = suite.groups(args.model)
-    target = load_target(args.model, device=args.device, dtype=args.dtype)
+    target = load_target(args.model, device=args.device, dtype=args.dtype, mask_id=suite.mask_id,
+                         eos_id=suite.eos_id)
     if args.exact:
         target = target.exact()
-    if target.tokenizer is None:
-        raise UserError(f"target {args.model!r} has no tokenizer to encode text prompts")
+    chat = Chat(target.tokenizer, suite.chat_template, suite.system_prompt)
+    if isinstance(prompts[0], str):
+        if target.tokenizer is None:
+            raise UserError(f"target {args.model!r} has no tokenizer to encode text prompts; "
+                            "give token ids with --prompt-ids or --prompt-ids-file")
+        chat.check(args.model)
     tolerance = near_tie if near_tie is not None else near_tie_tolerance(target.dtype)
     status = 0
-    for index, text in enumerate(prompts):
-        ids = tuple(target.tokenizer.encode(text, add_special_tokens=False))
+    for index, prompt in enumerate(prompts):
+        if isinstance(prompt, str):
+            text, label = (chat.render(prompt) if chat.applies else prompt), chat.label
+            ids = tuple(target.tokenizer.encode(text, add_special_tokens=False))
+        else:
+            ids, label = tuple(check_in_vocabulary(prompt, target.vocab_size)), "none"
+            text = decode_text(target, list(ids))
         group = Group(target.name, "prompt", str(index), ids, temperature, rule, seed,
-                      suite.gen_length, suite.block_length)
+                      suite.gen_length, suite.block_length, text, chat_template=label)
         [row] = evaluate_group(target, group, [arm], build_proposer, None, args.exact, tolerance,
                                ar_sampling=suite.ar_sampling)
         if row.verdict == "logic-error" or (args.exact and row.exact is False):
             status = 1
-        result = dataclasses.asdict(row) | {"prompt": text}
+        result = dataclasses.asdict(row)
         print(json.dumps(result) if args.json else render(index, result))
     return status
 

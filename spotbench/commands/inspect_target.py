@@ -11,14 +11,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "target", help="load a target (tiny-random:<family> or a checkpoint folder) and describe it"
     )
     parser.add_argument("name", help="tiny-random:<family>[:seed] or a local checkpoint folder")
+    parser.add_argument("--mask-id", help="mask token id, overriding the checkpoint's config and tokenizer")
+    parser.add_argument("--eos-id", help="end-of-sequence token id, overriding the checkpoint's config and tokenizer")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.chat import Chat
     from harness.targets.registry import load_target
+    from harness.validation import NonNegativeInt, check_value
 
-    target = load_target(args.name)
+    ids = {key: None if getattr(args, key) is None else check_value(NonNegativeInt, getattr(args, key), flag)
+           for key, flag in (("mask_id", "--mask-id"), ("eos_id", "--eos-id"))}
+    target = load_target(args.name, **ids)
     cfg = target.model.cfg
     info = {
         "name": target.name,
@@ -33,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
         "mask_id": target.mask_id,
         "eos_id": target.eos_id,
         "dtype": str(target.dtype).removeprefix("torch."),
+        "tokenizer": type(target.tokenizer).__name__ if target.tokenizer is not None else "none (prompts as token ids)",
+        "chat_template": Chat(target.tokenizer).label,
     }
     if args.json:
         print(json.dumps(info))

@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     # values stay text here: the suite's field validators check them, as they check a suite file
     parser.add_argument("--models", help="comma-separated targets")
     parser.add_argument("--proposers", help="comma-separated proposers")
-    parser.add_argument("--tasks", help="comma-separated tasks")
+    parser.add_argument("--tasks", help="comma-separated tasks; ids:FILE.jsonl for token-id prompts")
     parser.add_argument("--split")
     parser.add_argument("--limit", help="prompts per task")
     parser.add_argument("--temperatures", help="comma-separated temperatures >= 0")
@@ -30,6 +30,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--gen-length")
     parser.add_argument("--block-length")
     parser.add_argument("--fewshot", help="few-shot examples for tasks that have them")
+    parser.add_argument("--mask-id", help="mask token id of every diffusion target, overriding config and tokenizer")
+    parser.add_argument("--eos-id", help="end-of-sequence token id of every target, overriding config and tokenizer")
+    parser.add_argument("--chat-template", action=argparse.BooleanOptionalAction, default=None,
+                        help="prompts through the tokenizer's chat template when it has one (default: on)")
+    parser.add_argument("--system-prompt", help="a system turn before each prompt (needs a chat template)")
     parser.add_argument("--exact", action="store_true", default=None,
                         help="exactness mode: float64 targets, rows evaluated one by one")
     parser.add_argument("--ar-sampling", help="autoregressive arms: coupled (default; token-exact) or rejection "
@@ -59,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         "budgets": args.budgets, "seeds": args.seeds, "gen_length": args.gen_length,
         "block_length": args.block_length, "num_fewshot": args.fewshot, "exact": args.exact,
         "ar_sampling": args.ar_sampling,
+        "mask_id": args.mask_id, "eos_id": args.eos_id, "chat_template": args.chat_template,
+        "system_prompt": args.system_prompt,
         "workers": args.workers, "device": args.device, "dtype": args.dtype, "gpus_per_worker": args.gpus_per_worker,
     })
     check_storable(suite)

@@ -158,7 +158,7 @@ def test_page_checksums_are_written_and_checked_on_read(clean, tmp_path) -> None
         path.write_bytes(bytes(damaged))
         try:
             unseen = pq.read_table(path).num_rows == 4  # negative control: no verification, no error
-        except OSError:
+        except (OSError, pa.ArrowException):  # a bit that plain reading catches: try the next one
             continue
         if unseen:
             break
