@@ -87,6 +87,14 @@ class GatedLoRAModel(nn.Module):
         finally:
             self.gate.mask = None
 
+    def hidden(self, gate: Tensor | None, **inputs: Any) -> Tensor:
+        """The last hidden states [batch, rows, hidden] (training picks the rows it needs logits of)."""
+        self.gate.mask = gate
+        try:
+            return self.model.base_model(**inputs).last_hidden_state
+        finally:
+            self.gate.mask = None
+
     def lora_state(self) -> dict[str, Tensor]:
         return {name: p for name, p in self.named_parameters() if "lora_" in name}
 

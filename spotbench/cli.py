@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "spotbench.commands.zoo",
     "spotbench.commands.diagnose",
     "spotbench.commands.train_proposer",
+    "spotbench.commands.train_drafter",
     "spotbench.commands.calibrate_spiffy",
     "spotbench.commands.calibrate",
     "spotbench.commands.tasks_cmd",
