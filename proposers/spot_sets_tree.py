@@ -34,9 +34,9 @@ import torch
 from torch import Tensor, nn
 
 from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
-from proposers.spot import MASKED, StaleView, candidates, root_ages, static_features
+from proposers.spot import MASKED
 from proposers.spot_sets import Calibration, predict
-from proposers.spot_tree import DepthTables
+from proposers.spot_tree import DepthTables, SearchInputs
 
 Path = tuple[tuple[int, ...], ...]
 """The sets a branch commits, root first: what the network's input at a node depends on."""
@@ -154,34 +154,15 @@ def first_alternative(options: list[Option]) -> float:
     return options[0][0] - options[1][0]
 
 
-class SetSearch:
-    """What the search reads about one pass: stale candidates by depth, ages and network outputs by path."""
+class SetSearch(SearchInputs):
+    """SPOT's search inputs (stale candidates by depth, ages and network outputs by path) where a
+    path's steps are sets, and the network is SPOT-Sets' with its calibration."""
 
     def __init__(self, net: nn.Module, calibration: Calibration | None, request: DraftRequest):
-        self.net, self.calibration, self.request = net, calibration, request
-        self.device = next(net.parameters()).device
-        self.view = StaleView.of(request.stale, request.temperature, request.rule.mask_id)
-        self.static = static_features(self.view).to(self.device)[None]
-        self.depths: dict[int, DepthTables] = {}
-        self.outputs: dict[Path, Output] = {}
-        self.ages_by_path: dict[Path, list[int]] = {
-            (): root_ages(request.root, request.rule.mask_id, request.history, net.config.max_age).tolist()}
-        self.calls = self.rows = 0
+        super().__init__(net, request)
+        self.calibration = calibration
 
-    def at_depth(self, depth: int) -> DepthTables:
-        """The candidates the target's rule sees at `depth` (noise of step + depth)."""
-        key = depth if self.request.noise else 0
-        tables = self.depths.get(key)
-        if tables is None:
-            noise = self.request.noise(self.request.step + depth) if self.request.noise else None
-            tables = self.depths[key] = DepthTables.of(candidates(self.view, noise, self.request.rule), self.device)
-        return tables
-
-    def ages(self, path: Path) -> list[int]:
-        ages = self.ages_by_path.get(path)
-        if ages is None:
-            ages = self.ages_by_path[path] = commit_set(self.ages(path[:-1]), path[-1])
-        return ages
+    step = staticmethod(commit_set)
 
     def evaluate(self, paths: list[Path]) -> None:
         """One network call for `paths` (distinct, not cached yet), read back in one transfer."""

@@ -135,13 +135,18 @@ class SearchInputs:
         return tables
 
     def ages(self, path: Path) -> list[int]:
-        """`commit` applied along the path, in Python (a list per path, cached)."""
+        """`step` applied along the path, in Python (a list per path, cached)."""
         ages = self._ages.get(path)
         if ages is None:
-            ages = [a if a == MASKED else a + 1 for a in self.ages(path[:-1])]
-            ages[path[-1]] = 0
-            self._ages[path] = ages
+            ages = self._ages[path] = self.step(self.ages(path[:-1]), path[-1])
         return ages
+
+    @staticmethod
+    def step(ages: list[int], position: int) -> list[int]:
+        """`proposers.spot.commit` on a list: the ages one commit (of `position`) later."""
+        out = [a if a == MASKED else a + 1 for a in ages]
+        out[position] = 0
+        return out
 
     def evaluate(self, paths: list[Path]) -> None:
         """One network call for all `paths` (distinct, not cached yet), read back in one transfer."""
