@@ -1,7 +1,8 @@
 """`spotbench run`: a suite (YAML file and/or flags) over Ray workers into a resumable run directory.
 
 With no arguments it runs the embedded default suite (`cluster.suite.Suite`). A completed run
-directory holds the manifest, the per-sample files, summary.parquet and report.html. Re-running the same
+directory holds the manifest, the per-sample files, summary.parquet, results.json (lm-eval's shape:
+`harness.lm_eval_results`) and report.html. Re-running the same
 command resumes: finished groups are skipped. Exit status: 0 when the run completes, 2 for bad input
 (unknown name, malformed YAML, an output directory of a different config, no Ray cluster at
 --address), 130 when interrupted. Correctness verdicts are the gate's job (`spotbench gate`), not this command's.
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
     from cluster.runner import run_suite
     from cluster.suite import build_suite, check_storable, load_suite
+    from harness.lm_eval_results import write_results_json
     from harness.report import write_report
 
     settings = load_suite(args.suite) if args.suite else {}
@@ -76,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nspotbench: interrupted; run the same command again to resume {output}", file=sys.stderr)
         return 130
     report = write_report(result.run_dir)
+    write_results_json(result.run_dir)
     print(f"run directory: {result.run_dir.path}  (groups written {result.written}, "
           f"already done {result.skipped}, workers {result.workers}); report: {report}")
     print(render_summary(result.summary.to_pylist(), TRANSFER_COLUMNS if args.transfer else COLUMNS))
