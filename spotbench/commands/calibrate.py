@@ -73,9 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from proposers.spot_sets_collection import SetViews, collect_all
     from harness.training.loop import save_state
     from proposers.spot_sets_training import DATA_FILE, evaluate, fit_calibration
-    from spotbench.commands.calibrate_spiffy import calibration_set, temperatures
-    from tasks.base import prompt_ids
-    from tasks.registry import get_task
+    from spotbench.commands.calibrate_spiffy import calibration_set, check_lengths, load_prompts, temperatures
 
     torch.set_num_threads(1)
     family, argument = parse_proposer(args.proposer)
@@ -91,9 +89,7 @@ def run(args: argparse.Namespace) -> int:
     if sum(count for _, _, count in sources) > MAX_PROMPTS:
         raise UserError(f"--tasks {args.tasks}: at most {MAX_PROMPTS} calibration prompts in all")
     temps = temperatures(args.temperatures)
-    if not (args.block_length > 0 and args.gen_length > 0 and args.gen_length % args.block_length == 0):
-        raise UserError(f"--gen-length ({args.gen_length}) must be a positive multiple of --block-length "
-                        f"({args.block_length})")
+    check_lengths(args.gen_length, args.block_length)
     if args.seed < 0:
         raise UserError("--seed must be >= 0")
     out = Path(args.out)
@@ -102,14 +98,8 @@ def run(args: argparse.Namespace) -> int:
     if target_kind(args.model) != "dlm":
         raise UserError(f"model {args.model!r} is autoregressive; SPOT-Sets drafts for diffusion targets")
     target = load_target(args.model)
-    if target.tokenizer is None:
-        raise UserError(f"target {args.model!r} has no tokenizer to encode task prompts")
-    names, jobs = [], []
-    for name, split, count in sources:
-        task = get_task(name, num_fewshot=0)
-        for i, sample in enumerate(task.load(split, limit=count)):
-            names.append(f"{name}/{split}/{i}")
-            jobs += [(f"{name}/{split}/{i}", prompt_ids(task, sample, target.tokenizer), t) for t in temps]
+    names, prompts = load_prompts(sources, target)
+    jobs = [(name, ids, t) for name, ids in zip(names, prompts) for t in temps]
     settings = Settings(args.model, rule, args.gen_length, args.block_length, args.seed,
                         meta["config"]["max_depth"], meta["config"]["max_age"])
     collection = asdict(settings) | {"prompts": names, "temperatures": temps}

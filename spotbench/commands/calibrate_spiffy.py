@@ -15,8 +15,12 @@ import argparse
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.errors import UserError
+
+if TYPE_CHECKING:
+    from harness.targets.target import DLMTarget
 
 CALIBRATION_SPLITS = ("train", "validation")
 
@@ -72,6 +76,28 @@ def temperatures(text: str) -> list[float]:
     return values
 
 
+def check_lengths(gen_length: int, block_length: int) -> None:
+    if not (block_length > 0 and gen_length > 0 and gen_length % block_length == 0):
+        raise UserError(f"--gen-length ({gen_length}) must be a positive multiple of --block-length ({block_length})")
+
+
+def load_prompts(sources: list[tuple[str, str, int]], target: DLMTarget) -> tuple[list[str], list[list[int]]]:
+    """The calibration prompts (zero-shot, in the target's tokens) and their names, `task/split/index`,
+    which provenance records."""
+    from tasks.base import prompt_ids
+    from tasks.registry import get_task
+
+    if target.tokenizer is None:
+        raise UserError(f"target {target.name!r} has no tokenizer to encode task prompts")
+    names, prompts = [], []
+    for name, split, count in sources:
+        task = get_task(name, num_fewshot=0)
+        samples = task.load(split, limit=count)
+        names += [f"{name}/{split}/{i}" for i in range(len(samples))]
+        prompts += [prompt_ids(task, sample, target.tokenizer) for sample in samples]
+    return names, prompts
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -80,27 +106,16 @@ def run(args: argparse.Namespace) -> int:
     from harness.targets.families import FAMILIES
     from harness.targets.registry import load_target
     from proposers.spiffy import SpiffyCalibration, calibrate
-    from tasks.base import prompt_ids
-    from tasks.registry import get_task
 
     torch.set_num_threads(1)
     sources = calibration_set(args.tasks)
     temps = temperatures(args.temperatures)
     parse_rule(args.rule, next(iter(FAMILIES.values())), 0)  # a bad rule fails before the model loads
-    if not (args.block_length > 0 and args.gen_length > 0 and args.gen_length % args.block_length == 0):
-        raise UserError(f"--gen-length ({args.gen_length}) must be a positive multiple of --block-length "
-                        f"({args.block_length})")
+    check_lengths(args.gen_length, args.block_length)
     if args.nodes < 1 or args.seed < 0:
         raise UserError("--nodes must be >= 1 and --seed >= 0")
     target = load_target(args.model)
-    if target.tokenizer is None:
-        raise UserError(f"target {args.model!r} has no tokenizer to encode task prompts")
-    names, prompts = [], []
-    for name, split, count in sources:
-        task = get_task(name, num_fewshot=0)
-        samples = task.load(split, limit=count)
-        names += [f"{name}/{split}/{i}" for i in range(len(samples))]
-        prompts += [prompt_ids(task, sample, target.tokenizer) for sample in samples]
+    names, prompts = load_prompts(sources, target)
     rule = parse_rule(args.rule, target.family, target.mask_id)
     graphs = calibrate(target, prompts, rule, temps, args.gen_length, args.block_length, args.nodes, args.seed)
     provenance = {
