@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.suite import Suite
-from harness.chat import Chat
+from tasks.chat import Chat
 from harness.pipeline import AUTO, Arm, Group, Score, evaluate_group
 from harness.results import Row
 from tasks.base import Sample, prompt_ids

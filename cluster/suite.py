@@ -100,7 +100,7 @@ class Suite:
     eos_id: accepts(int, "a token id (a whole number >= 0)", optional=True, ge=0) = None
     """The end-of-sequence id of every target, overriding its config and tokenizer (`--eos-id`)."""
     chat_template: Switch = True
-    """Prompts go through the tokenizer's chat template when it has one (`harness.chat`); False: raw text."""
+    """Prompts go through the tokenizer's chat template when it has one (`tasks.chat`); False: raw text."""
     system_prompt: accepts(str, "non-empty text", optional=True, min_length=1) = None
     """A system turn before the prompt, for targets whose chat template is applied."""
     exact: Switch = False

@@ -75,7 +75,7 @@ class Group:
     reference: str | None = None
     """The gold answer (`tasks.base.Sample.reference`), stored in every row; None without a task."""
     chat_template: str = "none"
-    """How `prompt` was rendered (`harness.chat.Chat.label`), stored in every row."""
+    """How `prompt` was rendered (`tasks.chat.Chat.label`), stored in every row."""
 
 
 @dataclass(frozen=True)

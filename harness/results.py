@@ -89,7 +89,7 @@ class Row:
     prompt: str
     """The prompt text the target read (after any template)."""
     chat_template: str
-    """How the prompt was rendered (`harness.chat.Chat.label`): none, off or template:<sha256 prefix>."""
+    """How the prompt was rendered (`tasks.chat.Chat.label`): none, off or template:<sha256 prefix>."""
     reference: str | None
     """The gold answer scoring compares against (`tasks.base.Sample.reference`)."""
     # plain reference (computed once per group, repeated in each of its arms)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from harness.chat import as_chat
 from harness.errors import UserError
+from tasks.chat import as_chat
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class Task(Protocol):
 
 def prompt_ids(task: Task, sample: Sample, tokenizer: Any) -> list[int]:
     """The prompt as token ids; no special tokens are added (`render` already applied any template).
-    `tokenizer` may be a `harness.chat.Chat` (template switch, system prompt). A sample given as ids
+    `tokenizer` may be a `tasks.chat.Chat` (template switch, system prompt). A sample given as ids
     (`tasks.prompt_ids`) keeps them as they are."""
     if "prompt_ids" in sample.meta:
         return list(sample.meta["prompt_ids"])
@@ -82,7 +82,7 @@ def prompt_ids(task: Task, sample: Sample, tokenizer: Any) -> list[int]:
 def render(user_text: str, raw_prompt: str, tokenizer: Any = None, prefill: str = "",
            shots: tuple[tuple[str, str], ...] = ()) -> str:
     """`raw_prompt` for base models and with the template switched off; through a chat template
-    (`tokenizer`: a tokenizer that has one, or a `harness.chat.Chat` that applies), `user_text` as the
+    (`tokenizer`: a tokenizer that has one, or a `tasks.chat.Chat` that applies), `user_text` as the
     user turn after any `shots` (few-shot (question, answer) turns), followed by `prefill`, the start
     of the answer (e.g. the function header the model must continue), so both styles end where the
     completion begins and share the stop strings."""

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.chat import as_chat
 from harness.errors import UserError
 from tasks.base import Sample, SelfCheck
+from tasks.chat import as_chat
 
 PREFIX = "ids:"
 

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from cluster.suite import build_suite
-    from harness.chat import Chat
+    from tasks.chat import Chat
     from harness.lossless import near_tie_tolerance
     from harness.pipeline import Group, decode_text, evaluate_group
     from harness.targets.registry import load_target

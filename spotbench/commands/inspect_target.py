@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.chat import Chat
+    from tasks.chat import Chat
     from harness.targets.registry import load_target
     from harness.validation import NonNegativeInt, check_value
 

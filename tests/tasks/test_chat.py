@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cluster.suite import Suite, build_suite
-from harness.chat import Chat
+from tasks.chat import Chat
 from harness.errors import UserError
 from harness.targets.registry import load_target
 from harness.targets.zoo import model_dir
