@@ -56,17 +56,17 @@ class Views:
 
     @staticmethod
     def cat(parts: list[Views]) -> dict[str, Tensor]:
-        offsets = torch.tensor([0] + [p.static.shape[0] for p in parts]).cumsum(0)
-        return {
-            "static": torch.cat([p.static for p in parts]),
-            "view": torch.cat([p.view + offsets[i] for i, p in enumerate(parts)]),
-            "candidate": torch.cat([p.candidate for p in parts]),
-            "ages": torch.cat([p.ages for p in parts]),
-            "depth": torch.cat([p.depth for p in parts]),
-            "label": torch.cat([p.label for p in parts]),
-            "token": torch.cat([p.token for p in parts]),
-            "temperature": torch.cat([torch.full((p.label.numel(),), p.temperature) for p in parts]),
-        }
+        return cat_views(parts, ("static", "candidate", "ages", "depth", "label", "token"))
+
+
+def cat_views(parts: list, fields: tuple[str, ...]) -> dict[str, Tensor]:
+    """Generations' views (`Views`, `SetViews`) as one data set: each field concatenated, `view`
+    re-indexed into the concatenated views, and every example's temperature."""
+    offsets = torch.tensor([0] + [p.static.shape[0] for p in parts]).cumsum(0)
+    data = {name: torch.cat([getattr(p, name) for p in parts]) for name in fields}
+    data["view"] = torch.cat([p.view + offsets[i] for i, p in enumerate(parts)])
+    data["temperature"] = torch.cat([torch.full((p.view.numel(),), p.temperature) for p in parts])
+    return data
 
 
 @torch.no_grad()

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from harness.decoding import DecodeConfig, NoiseSource, Rule, Transition, parse_rule, plain_decode
 from harness.targets.target import DLMTarget
 from proposers.spot import NEITHER, RUNNER_UP, TOP, StaleView, candidates, root_ages, static_features
-from proposers.spot_collection import CHUNK, ChunkMap, Job
+from proposers.spot_collection import CHUNK, ChunkMap, Job, cat_views
 from proposers.spot_sets_tree import commit_set
 
 NOT_COMMITTED = -1
@@ -68,12 +68,7 @@ class SetViews:
 
     @staticmethod
     def cat(parts: list[SetViews]) -> dict[str, Tensor]:
-        offsets = torch.tensor([0] + [p.static.shape[0] for p in parts]).cumsum(0)
-        data = {name: torch.cat([getattr(p, name) for p in parts])
-                for name in ("static", "candidate", "ages", "depth", "argmax", "in_set", "token")}
-        data["view"] = torch.cat([p.view + offsets[i] for i, p in enumerate(parts)])
-        data["temperature"] = torch.cat([torch.full((p.argmax.numel(),), p.temperature) for p in parts])
-        return data
+        return cat_views(parts, ("static", "candidate", "ages", "depth", "argmax", "in_set", "token"))
 
 
 def block_spans(steps: list[Transition], size: int) -> list[tuple[int, int]]:
