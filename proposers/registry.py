@@ -15,7 +15,8 @@ validates its own. `check_arm_for_model` refuses a proposer fitted to another ta
 (a Spiffy graph: its patterns are counted on one model's trajectories at one block length; a SPOT-Sets
 calibration: fitted to one model), one used under a rule it was not fitted for (SPOT-Sets: top1, or
 a tau it was not trained or calibrated for), and one that drafts for the other kind of target: DLM
-proposers draft block states, AR proposers (`prompt-lookup`) draft token sequences; `oracle` replays
+proposers draft block states, AR proposers (`prompt-lookup`, `draft-model:NAME`: a smaller AR model
+with the target's tokenizer) draft token sequences; `oracle` replays
 either kind's plain trajectory.
 """
 

@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "smollm2, tiny-random-ar[:seed] or a causal-LM folder")
     parser.add_argument("--proposer", default="confidence",
                         help="oracle, oracle-order, confidence, confidence-branch, spot or spot:CHECKPOINT_DIR; "
-                             "for autoregressive targets oracle or prompt-lookup")
+                             "for autoregressive targets oracle, prompt-lookup or draft-model:NAME")
     # numbers stay text here: the suite's field validators check them, as they check a suite file
     parser.add_argument("--budget", default="8", help="most draft nodes per pass (0 = plain decoding)")
     parser.add_argument("--rule", default="top1", help="top1 or threshold:TAU, TAU in (0, 1]")
