@@ -17,6 +17,7 @@ from harness.errors import UserError
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_target
 from harness.targets.target import DLMTarget
+from harness.targets.zoo import ZOO_DIR
 from proposers import build_proposer, check_arm_for_model, check_proposer
 from proposers.confidence import ConfidenceProposer
 from proposers.spiffy import DraftGraph, SpiffyCalibration, SpiffyProposer, StaleView, calibrate, count_patterns
@@ -167,6 +168,18 @@ def test_registry_spiffy_is_the_zoo_calibration_for_sdar_a(tmp_path):
     (tmp_path / "spiffy.json").write_text(json.dumps({"format": "other"}))
     with pytest.raises(UserError, match="is not a Spiffy graph file"):
         check_proposer(f"spiffy:{tmp_path}")
+
+
+def test_committed_graphs_are_for_the_target_and_rule_their_folder_names():
+    """zoo/proposers/spiffy-<target> (top1) and spiffy-<target>-threshold-0.9, on train prompts."""
+    folders = sorted(ZOO_DIR.joinpath("proposers").glob("spiffy-*"))
+    assert {"spiffy-sdar-a", "spiffy-sdar-b", "spiffy-llada-a", "spiffy-dream-a"} <= {f.name for f in folders}
+    for folder in folders:
+        provenance = build_proposer(f"spiffy:{folder.name}", None, None).calibration.provenance
+        model, _, rule = folder.name.removeprefix("spiffy-").partition("-threshold-")
+        assert (provenance["target"], provenance["rule"]) == (model, f"threshold:{rule}" if rule else "top1")
+        assert provenance["block_length"] == 32 and all("/train/" in p for p in provenance["prompts"])
+        check_arm_for_model(f"spiffy:{folder.name}", model, 32)
 
 
 def test_a_graph_for_another_model_or_block_length_is_refused():

@@ -1,5 +1,6 @@
 """The committed SPOT-Sets checkpoint: the registry's `spot-sets`, rebuilt by its committed recipe,
-exact on its target and drafting sets the target accepts."""
+exact on its target and drafting sets the target accepts; its committed calibrations for the other
+zoo targets (zoo/proposers/spot-sets-calibrated/<target>)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import pytest
 import torch
 
 from harness.decoding import DecodeConfig, parse_rule, plain_decode, speculative_decode
+from harness.errors import UserError
 from harness.targets.registry import load_target
-from proposers import build_proposer, check_proposer
-from proposers.spot_sets import CONFIG_FILE, DEFAULT_CHECKPOINT, read_meta
+from harness.targets.zoo import zoo_names
+from proposers import build_proposer, check_arm_for_model, check_proposer
+from proposers.spot_sets import CONFIG_FILE, DEFAULT_CHECKPOINT, WEIGHTS_FILE, read_calibration, read_meta
 from proposers.spot_sets_training import SpotSetsRecipe
 
 ZOO_PROPOSERS = Path(__file__).resolve().parents[2] / "zoo" / "proposers"
@@ -58,3 +61,18 @@ def test_zoo_spot_sets_is_exact_on_sdar_a_and_saves_passes(temperature):
     # how it compares with the confidence set is a measured table over many prompts (docs/spot.md),
     # not a property of one prompt
     assert spec.metrics.nfe < reference.metrics.nfe
+
+
+def test_committed_calibrations_are_the_zoo_checkpoint_fitted_to_their_target_on_train_prompts():
+    folders = sorted((ZOO_PROPOSERS / "spot-sets-calibrated").iterdir())
+    assert folders
+    weights = (ZOO_PROPOSERS / DEFAULT_CHECKPOINT / WEIGHTS_FILE).read_bytes()
+    for folder in folders:
+        provenance = read_calibration(folder)["provenance"]
+        assert provenance["target"] == folder.name in zoo_names() and folder.name != "sdar-a"
+        assert (provenance["rule"], provenance["tau"], provenance["block_length"]) == ("threshold:0.9", 0.9, 32)
+        assert 0 < len(provenance["prompts"]) <= 50 and all("/train/" in p for p in provenance["prompts"])
+        assert (folder / WEIGHTS_FILE).read_bytes() == weights  # calibrated, not retrained
+        check_arm_for_model(f"spot-sets:{folder}", folder.name, 32, ["threshold:0.9"])
+        with pytest.raises(UserError, match=f"calibrated for model '{folder.name}', not 'sdar-a'"):
+            check_arm_for_model(f"spot-sets:{folder}", "sdar-a", 32, ["threshold:0.9"])
