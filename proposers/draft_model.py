@@ -19,7 +19,6 @@ Its forwards are counted as `DraftForwards.model` (a separate network, not the t
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -28,10 +27,9 @@ from harness.decoding import DraftTree, Transition
 from harness.decoding.ar_rejection import DraftChain, target_distribution
 from harness.decoding.autoregressive import ARDraftRequest, DraftForwards, target_token
 from harness.errors import UserError
-from harness.targets.ar import (SMOLLM2, TINY_AR, ARTarget, check_ar_name, gguf_location, is_ar_name, load_ar_target,
-                                smollm2_file)
+from harness.targets.ar import (SMOLLM2, TINY_AR, ARTarget, check_ar_name, folder_of, gguf_location, is_ar_name,
+                                load_ar_target, smollm2_file)
 from harness.targets.tiny import byte_tokenizer
-from harness.targets.zoo import model_dir, zoo_names
 
 
 class DraftModelProposer:
@@ -147,7 +145,7 @@ def tokenizer_vocabulary(name: str) -> tuple[tuple[str, int], ...]:
     if name.startswith(TINY_AR):
         tokenizer = byte_tokenizer()
     else:
-        path = smollm2_file() if name == SMOLLM2 else model_dir(name) if name in zoo_names() else Path(name)
+        path = smollm2_file() if name == SMOLLM2 else folder_of(name)
         gguf = path.suffix == ".gguf" or not (path / "config.json").is_file()
         folder, file = gguf_location(path) if gguf else (path, None)
         try:
