@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "spotbench.commands.gate",
     "spotbench.commands.report",
     "spotbench.commands.verify",
+    "spotbench.commands.lm_eval_cmd",
 ]
 
 
