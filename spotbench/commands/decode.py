@@ -153,6 +153,8 @@ def render(index: int, row: dict) -> str:
                     f"(near-tie below {row['near_tie_tolerance']:g})")
     lines.append(f"  lossless: {verdict}")
     lines.append(f"  answer: {row['completion']!r}")
+    if row["spec_completion"] != row["completion"]:  # rejection sampling at T>0 (or a divergence)
+        lines.append(f"  spec answer: {row['spec_completion']!r}")
     return "\n".join(lines)
 
 
