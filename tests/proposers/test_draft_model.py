@@ -95,3 +95,12 @@ def test_a_draft_model_must_share_the_tokenizer(tmp_path) -> None:
 def test_bad_settings_are_one_line(flags, message) -> None:
     with pytest.raises(UserError, match=message):
         build_suite({}, {"models": "tiny-random-ar", "proposers": "draft-model:tiny-random-ar:1"} | flags)
+
+
+def test_the_cli_refuses_rejection_mode_without_q_in_one_line(capsys) -> None:
+    from spotbench.cli import main
+
+    assert main(["decode", "--model", "tiny-random-ar", "--proposer", "prompt-lookup", "--prompt", "hi",
+                 "--ar-sampling", "rejection"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "needs the draft distributions q" in err and "Traceback" not in err
