@@ -50,8 +50,16 @@ class Transition:
 
 
 def greedy_tokens(logits: Tensor, mask_id: int) -> Tensor:
-    """[B] the T=0 candidate at every position of a block's logits [B, V]: argmax, mask excluded."""
-    return logits.index_fill(-1, torch.tensor([mask_id], device=logits.device), -math.inf).argmax(-1)
+    """[B] the T=0 candidate at every position of a block's logits [B, V]: argmax, mask excluded.
+    `max` returns the first maximal index, as `argmax` does, in half its time on the CPU."""
+    return without_mask(logits, mask_id).max(-1).indices
+
+
+def without_mask(scores: Tensor, mask_id: int) -> Tensor:
+    """A copy of `scores` [..., V] with the mask token's column at -inf: it is never a candidate."""
+    out = scores.clone()
+    out[..., mask_id] = -math.inf
+    return out
 
 
 def candidate_scores(logits: Tensor, noise: Tensor | None, temperature: float) -> Tensor:
@@ -91,7 +99,10 @@ _LOG_SCALED = ("prob", "tempered_prob")
 
 @dataclass(frozen=True)
 class Rule:
-    """A commit rule: `rule(logits [B, V], state [B], noise [B, V] | None, T) -> Transition`."""
+    """A commit rule: `rule(logits [B, V], state [B], noise [B, V] | None, T) -> Transition`.
+
+    The noise may also be given as the rows of the state's masked positions only, [M, V] (the
+    verifier draws no others, `NoiseSource.rows`); with M = B both readings are the same tensor."""
 
     name: str
     """"top1" or "threshold"."""
@@ -126,10 +137,12 @@ class Rule:
         masked = (state == self.mask_id).nonzero().squeeze(1)
         if masked.numel() == 0:
             raise ValueError("a commit rule needs at least one masked position")
-        x = logits[masked.to(logits.device)].double()
-        scores = candidate_scores(x, None if noise is None else noise[masked.cpu()], temperature)
-        tempered = x / temperature if temperature > 0 else x
+        x = logits.index_select(0, masked.to(logits.device)).double()
+        if noise is not None and noise.shape[0] != masked.numel():
+            noise = noise[masked.cpu()]
+        scores = candidate_scores(x, noise, temperature)
         tokens = greedy_tokens(scores, self.mask_id)
+        tempered = x / temperature if temperature > 0 and self.confidence != "prob" else x
         if self.confidence == "prob":
             confidence = x.log_softmax(-1).gather(-1, tokens[:, None]).squeeze(1).exp()
         elif self.confidence == "tempered_prob":
@@ -153,17 +166,18 @@ class Rule:
 
     def _record(self, confidence: Tensor, scores: Tensor, temperature: float) -> StepRecord:
         # the token decision's gap is between candidates, and the mask token never is one
-        top2 = scores.index_fill(-1, torch.tensor([self.mask_id], device=scores.device), -math.inf).topk(2, dim=-1).values
+        top2 = without_mask(scores, self.mask_id).topk(2, dim=-1).values
         gaps = [float((top2[:, 0] - top2[:, 1]).min()) * (temperature if temperature > 0 else 1.0)]
-        scaled = confidence.clamp_min(1e-300).log() if self.confidence in _LOG_SCALED else confidence
+        scale = (lambda c: c.clamp_min(1e-300).log()) if self.confidence in _LOG_SCALED else (lambda c: c)
         margin = math.inf
         if confidence.numel() > 1:
             best2 = confidence.topk(2).values
             margin = float(best2[0] - best2[1])
-            scaled2 = scaled.topk(2).values
+            scaled2 = scale(best2)  # elementwise and monotone: the top two of the scaled confidences
             gaps.append(float(scaled2[0] - scaled2[1]))
         if self.tau is not None and (self.confidence not in _LOG_SCALED or self.tau > 0):
             tau = math.log(self.tau) if self.confidence in _LOG_SCALED else self.tau
+            scaled = scale(confidence)
             others = scaled[torch.arange(scaled.numel(), device=scaled.device) != confidence.argmax()]
             if others.numel():
                 gaps.append(float((others - tau).abs().min()))

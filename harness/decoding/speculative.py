@@ -64,7 +64,8 @@ def speculative_decode(
         # Walk: at each row the target's own transition; move to the child that drafted exactly it.
         row, depth = 0, 0
         while True:
-            sample = noise(root_step + depth) if noise else None
+            # the noise of the row's masked positions only: the rule reads no other
+            sample = noise.rows(root_step + depth, (tree.states[row] == mask_id).nonzero().squeeze(1)) if noise else None
             transition, record = rule.explain(logits.current[row], tree.states[row], sample, temperature, trace)
             steps.append(transition)
             if trace:
@@ -104,10 +105,11 @@ def count_stale_hits(metrics: Metrics, stale: Tensor, committed: list[Transition
     how many equal the stale view's greedy token at their position (mask excluded, as in the rules).
     Under plain decoding the stale view is the previous pass over the block; the first pass of a
     block has one only on full-attention targets (the `following` logits)."""
-    greedy = greedy_tokens(stale, mask_id).tolist()
-    for transition in committed:
-        metrics.stale_commits += len(transition.positions)
-        metrics.stale_hits += sum(greedy[p] == t for p, t in zip(transition.positions, transition.tokens))
+    positions = [p for transition in committed for p in transition.positions]
+    tokens = [t for transition in committed for t in transition.tokens]
+    greedy = greedy_tokens(stale[positions], mask_id).tolist()
+    metrics.stale_commits += len(positions)
+    metrics.stale_hits += sum(g == t for g, t in zip(greedy, tokens))
 
 
 class NoDraft:

@@ -38,6 +38,9 @@ class ShiftedNoise(NoiseSource):
     def __call__(self, step: int) -> torch.Tensor:
         return super().__call__(step + 1)
 
+    def rows(self, step: int, positions: torch.Tensor) -> torch.Tensor:
+        return super().rows(step + 1, positions)
+
 
 class WrongTokenOracle:
     """Proposes the true positions with wrong tokens: only a positions-only verifier accepts them."""

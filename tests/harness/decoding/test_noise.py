@@ -3,6 +3,7 @@
 import torch
 
 from harness.decoding import NoiseSource, gumbel
+from harness.decoding.noise import gumbel_rows
 
 
 def test_deterministic_shape_and_dtype():
@@ -78,3 +79,26 @@ PINNED = {
 def test_noise_below_2_63_is_bit_identical_to_before():
     for (seed, step), values in PINNED.items():
         assert [float(x).hex() for x in gumbel(seed, step, 2, 3).flatten()] == values
+
+
+def test_rows_drawn_alone_are_the_rows_of_the_whole_step():
+    """The verifier draws only masked rows: each must be bit-identical to the whole block's row, for
+    vocabularies that do and do not fill whole Philox blocks (4 draws), runs and gaps alike."""
+    generator = torch.Generator().manual_seed(0)
+    for vocab in (2048, 259, 3):
+        full = gumbel(9, 4, 16, vocab)
+        for _ in range(20):
+            keep = torch.rand(16, generator=generator) < 0.5
+            keep[torch.randint(16, (1,), generator=generator)] = True
+            positions = keep.nonzero().squeeze(1)
+            assert torch.equal(gumbel_rows(9, 4, positions.tolist(), vocab), full[positions])
+    assert gumbel_rows(9, 4, [], 259).shape == (0, 259)
+
+
+def test_source_rows_come_from_the_cache_or_are_drawn_alone():
+    fresh, warm = NoiseSource(3, 8, 259), NoiseSource(3, 8, 259)
+    warm(2)
+    positions = torch.tensor([1, 2, 6])
+    assert torch.equal(fresh.rows(2, positions), warm.rows(2, positions))
+    assert torch.equal(fresh.rows(2, positions), gumbel(3, 2, 8, 259)[positions])
+    assert 2 not in fresh._cache  # rows drawn alone are the verifier's, read once
