@@ -177,11 +177,13 @@ def _device(device: str | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """lm-eval's command line with the spotbench model registered (`spotbench lm-eval ...`)."""
+    """lm-eval's command line with the spotbench model registered (`spotbench lm-eval ...`). lm-eval's
+    parser reads `sys.argv`, which is set for the call and restored after it."""
     import sys
+    from unittest import mock
 
     from lm_eval.__main__ import cli_evaluate
 
-    sys.argv = ["lm_eval", *argv]
-    cli_evaluate()
+    with mock.patch.object(sys, "argv", ["lm_eval", *argv]):
+        cli_evaluate()
     return 0
