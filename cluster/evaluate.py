@@ -14,6 +14,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+from cluster.provenance import measure_load
 from cluster.suite import Suite
 from tasks.chat import Chat
 from harness.pipeline import AUTO, Arm, Group, Score, evaluate_group
@@ -53,14 +54,20 @@ class Evaluator:
         self._chosen: dict[tuple, Arm] = {}
         self._costs: dict[tuple, Any] = {}
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        self.loads: list[dict[str, Any]] = []
+        """Per model loaded: load time and peak memory (`cluster.provenance.measure_load`), for the manifest."""
 
     def target(self, name: str) -> Any:
         if name not in self._targets:
             from harness.targets.registry import load_target
 
-            target = load_target(name, device=self.suite.device, dtype=self.suite.dtype,
-                                 mask_id=self.suite.mask_id, eos_id=self.suite.eos_id)
-            self._targets[name] = target.exact() if self.suite.exact else target
+            def load() -> Any:
+                target = load_target(name, device=self.suite.device, dtype=self.suite.dtype,
+                                     mask_id=self.suite.mask_id, eos_id=self.suite.eos_id)
+                return target.exact() if self.suite.exact else target
+
+            self._targets[name], cost = measure_load(load, name)
+            self.loads.append(cost | {"worker": self.worker})
         return self._targets[name]
 
     def chat(self, model: str) -> Chat:

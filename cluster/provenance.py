@@ -1,4 +1,5 @@
-"""What a run read and where it ran, for its manifest: checkpoint and data hashes, the driver's hardware.
+"""What a run read and where it ran, for its manifest: checkpoint and data hashes, the driver's hardware,
+and what loading each model cost each worker.
 
 Hashes are taken where they are cheap and where a change would silently change results under the
 same config: the SPOT checkpoint folder a `spot` / `spot:PATH` proposer names (a few MB; retraining
@@ -12,13 +13,18 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import resource
 import socket
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cluster.suite import Suite
 from harness.store import sha256_file
+
+T = TypeVar("T")
 
 
 def run_inputs(suite: Suite) -> dict[str, dict[str, str]]:
@@ -64,3 +70,25 @@ def driver_hardware() -> dict[str, Any]:
     except ImportError:
         pass
     return info
+
+
+def measure_load(load: Callable[[], T], model: str) -> tuple[T, dict[str, Any]]:
+    """Run `load` (a target's checkpoint to its device) and say what it cost: `load_s` (wall seconds)
+    and `peak_memory_bytes`, the device's peak allocation during the load on a GPU
+    (`torch.cuda.max_memory_allocated`, what an 8B checkpoint must fit in) and the process's peak
+    resident set on a CPU (`ru_maxrss`: the worker's peak so far, every model it holds included)."""
+    import torch
+
+    for index in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):
+        torch.cuda.reset_peak_memory_stats(index)
+    start = time.perf_counter()
+    target = load()
+    load_s = time.perf_counter() - start
+    device = getattr(target, "device", torch.device("cpu"))
+    if device.type == "cuda":
+        peak, kind = torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
+    else:
+        peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_peak_rss"
+    dtype = str(getattr(target, "dtype", "")).removeprefix("torch.")
+    return target, {"model": model, "device": str(device), "dtype": dtype, "load_s": round(load_s, 3),
+                    "peak_memory_bytes": int(peak), "memory": kind}

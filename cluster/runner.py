@@ -45,6 +45,8 @@ from harness.targets.devices import resolve_device
 IN_FLIGHT_PER_WORKER = 2
 MAX_ATTEMPTS = 3
 """A unit whose worker died this many times is a bug in the unit (e.g. it exhausts memory)."""
+LOADS_WAIT_S = 30.0
+"""How long the driver waits for the workers' load records at the end of a session."""
 ROOM_WAIT_S = 10.0
 """How long a dead worker's resources may take to show up as free before the driver decides the
 cluster has no room for a replacement (a killed process frees them in well under a second; a lost
@@ -80,6 +82,8 @@ class Stats:
     """Workers not replaced because the cluster had no room left (a node gone)."""
     events: list[str] = field(default_factory=list)
     """What the driver said about worker deaths, in order."""
+    loads: list[dict[str, Any]] = field(default_factory=list)
+    """Per worker and model it loaded: load time and peak memory (`cluster.provenance.measure_load`)."""
 
     def note(self, line: str) -> str:
         self.events.append(line)
@@ -198,9 +202,23 @@ class Dispatcher:
             while self.in_flight:
                 [ref], _ = ray.wait(list(self.in_flight), num_returns=1)
                 self._collect(ref)
+            self.stats.loads = self._loads()
         finally:  # free their CPUs now: a Ray instance kept by the caller may run again at once
             for actor in self.actors.values():
                 ray.kill(actor, no_restart=True)
+
+    def _loads(self) -> list[dict[str, Any]]:
+        """What loading its models cost each live worker; a worker that died took its record along."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        refs = [actor.loads.remote() for actor in self.actors.values()]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=LOADS_WAIT_S)
+        loads = []
+        for ref in ready:
+            with contextlib.suppress(RayActorError):
+                loads += ray.get(ref)
+        return loads
 
     def _feed_all(self) -> None:
         for slot in list(self.actors):
@@ -294,6 +312,9 @@ class Worker:
 
     def evaluate(self, unit: Unit) -> list[list[dict[str, Any]]]:
         return self.evaluator.evaluate(unit)
+
+    def loads(self) -> list[dict[str, Any]]:
+        return self.evaluator.loads
 
 
 def gpu_workers(suite: Suite, cluster_gpus: float) -> int:

@@ -40,6 +40,7 @@ def render_report(run: RunDir) -> str:
         _section("Budget chosen by measured latency (auto): predicted against measured speedup_wall",
                  _auto_table(summary)),
         _section("Exactness", _exactness_table(summary, rows)),
+        _section("Model loads per worker: time and peak memory", _loads_table(manifest)),
         _section("Autoregressive arms: tokens per cycle and per target forward", _ar_table(summary)),
         _section("Accuracy of the plain reference (95% Wilson interval)", _accuracy_charts(summary)),
         _section("Accuracy", _accuracy_table(summary)),
@@ -178,6 +179,18 @@ def _auto_table(summary: list[dict]) -> str:
     head = "<tr><th>arm</th><th>chosen budgets</th><th>predicted speedup wall</th><th>measured speedup wall</th></tr>"
     body = "".join(f"<tr><td>{_e(_arm(r))}</td><td>{', '.join(map(str, r['chosen_budgets']))}</td><td>{_x(r['predicted_speedup_wall'])}</td>"
                    f"<td>{_x(r['speedup_wall'])}</td></tr>" for r in auto)
+    return f"<table>{head}{body}</table>"
+
+
+def _loads_table(manifest: dict[str, Any]) -> str:
+    """Each session's workers and what loading each model cost them (`cluster.provenance.measure_load`)."""
+    loads = [load for session in manifest.get("sessions", []) for load in session.get("loads") or []]
+    if not loads:
+        return ""
+    head = "<tr><th>worker</th><th>model</th><th>device</th><th>dtype</th><th>load s</th><th>peak memory</th></tr>"
+    body = "".join(f"<tr><td>{_e(r['worker'])}</td><td>{_e(r['model'])}</td><td>{_e(r['device'])}</td>"
+                   f"<td>{_e(r['dtype'])}</td><td>{r['load_s']:.2f}</td>"
+                   f"<td>{r['peak_memory_bytes'] / 2**20:.0f} MiB ({_e(r['memory'])})</td></tr>" for r in loads)
     return f"<table>{head}{body}</table>"
 
 

@@ -34,6 +34,9 @@ def test_every_row_once_and_a_rerun_writes_nothing(tmp_path) -> None:
     counts = keys(result.run_dir)
     assert len(counts) == 3 * 2 * 2 * 2 and set(counts.values()) == {1}
     assert result.written == 6 and result.run_dir.manifest()["status"] == "complete"
+    loads = result.run_dir.manifest()["sessions"][-1]["loads"]  # each worker loaded the model once
+    assert sorted(r["model"] for r in loads) == ["tiny-random:sdar"] * 2 and len({r["worker"] for r in loads}) == 2
+    assert all(r["load_s"] > 0 and r["peak_memory_bytes"] > 0 and r["memory"] == "cpu_peak_rss" for r in loads)
     assert {r["n"] for r in result.summary.to_pylist()} == {3}
     rows = result.run_dir.read_rows().to_pylist()
     # the plain reference of a group is decoded once, on the worker that runs all of its arms

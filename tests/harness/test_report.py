@@ -24,7 +24,7 @@ def run_dir(tmp_path_factory) -> RunDir:
         for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", sample, SUITE.groups())):
             assert group_id(dataclasses.asdict(rows[0])) and run.write_group(rows)
     run.write_summary()
-    run.update_manifest(status="complete")
+    run.update_manifest(status="complete", sessions=[{"loads": evaluator.loads}])
     return run
 
 
@@ -42,6 +42,7 @@ def test_the_report_is_one_self_contained_page_with_every_plot(run_dir, capsys) 
     assert page.count("<path") == 2  # the accuracy bars' Wilson intervals (T=0, T=1)
     assert page.count("<polyline") == 2 * 2 * 2  # per panel: nfe and wall line per proposer
     assert "tiny-random:sdar/arith T=1 top1 oracle@4" in page
+    assert "Model loads per worker" in page and "<td>tiny-random:sdar</td><td>cpu</td><td>float32</td>" in page
 
 
 def test_report_needs_a_run_directory(tmp_path, capsys) -> None:
