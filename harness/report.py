@@ -39,6 +39,7 @@ def render_report(run: RunDir) -> str:
         _section("Target passes per generated token", _nfe_per_token(summary, colour)),
         _section("Budget chosen by measured latency (auto): predicted against measured speedup_wall",
                  _auto_table(summary)),
+        _section("Throughput: tokens/s, where the wall time goes, per-prompt latency", _throughput_table(summary)),
         _section("Exactness", _exactness_table(summary, rows)),
         _section("Model loads per worker: time and peak memory", _loads_table(manifest)),
         _section("Autoregressive arms: tokens per cycle and per target forward", _ar_table(summary)),
@@ -170,6 +171,31 @@ def _ar_table(summary: list[dict]) -> str:
         f"<td>{r['tokens_per_target_forward']:.2f}</td><td>{_x(r['speedup_nfe'])}</td><td>{_x(r['speedup_wall'])}</td>"
         f"<td>{', '.join(f'{a:.2f}' for a in r['accept_rate_per_depth'])}</td></tr>" for r in ar)
     return f"<table>{head}{body}</table>"
+
+
+def _throughput_table(summary: list[dict]) -> str:
+    """Per arm: tokens/s of plain and speculative decoding, the speculative wall split into target,
+    proposer and engine (the plain reference's engine share beside it) and per-prompt latency."""
+    head = ("<tr><th>arm</th><th>tok/s plain</th><th>tok/s spec</th><th>target</th><th>proposer</th><th>engine</th>"
+            "<th>plain engine</th><th>latency plain p50 / p90 / p99 s</th><th>latency spec p50 / p90 / p99 s</th></tr>")
+    rows = []
+    for r in summary:
+        target, proposer = r.get("target_share"), r["proposer_share"]
+        engine = None if target is None or proposer is None else 1 - target - proposer
+        rows.append(
+            f"<tr><td>{_e(_arm(r))}</td><td>{_num(r['plain_tokens_per_s'])}</td><td>{_num(r['spec_tokens_per_s'])}</td>"
+            f"<td>{_pct(target)}</td><td>{_pct(proposer)}</td><td>{_pct(engine)}</td>"
+            f"<td>{_pct(r.get('plain_engine_share'))}</td><td>{_latency(r.get('plain_latency_s'))}</td>"
+            f"<td>{_latency(r.get('spec_latency_s'))}</td></tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _latency(values: list[float] | None) -> str:
+    return "-" if not values else " / ".join(f"{v:.2f}" for v in values)
 
 
 def _auto_table(summary: list[dict]) -> str:

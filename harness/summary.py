@@ -22,6 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from harness.bootstrap import interval, resampled_speedups, versus_best
@@ -71,6 +72,14 @@ class SummaryRow:
     spec_tokens_per_s: float | None
     proposer_share: float | None
     """Of the speculative arm's wall time, the share spent in the proposer."""
+    target_share: float | None
+    """... in the target's passes; the rest (1 - target - proposer) is the engine: rules, noise, trees."""
+    plain_engine_share: float | None
+    """Of the plain reference's wall time, the share outside the target's passes (no proposer there)."""
+    plain_latency_s: list[float]
+    """Per-prompt wall time of the plain reference: [p50, p90, p99] over the arm's generations."""
+    spec_latency_s: list[float]
+    """... of the speculative arm."""
     stale_hit_rate: float | None
     stop_leaf: float
     """Of the arm's passes, the share whose walk stopped at a leaf (the budget ran out on that branch)."""
@@ -117,6 +126,7 @@ def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str
     n = len(members)
     total = {f: sum(r[f] for r in members) for f in (
         "plain_nfe", "spec_nfe", "plain_wall_s", "spec_wall_s", "spec_proposer_s", "spec_commits",
+        "plain_target_s", "spec_target_s",
         "plain_target_forwards", "spec_target_forwards",
         "plain_tokens", "spec_tokens", "stops_leaf", "stops_position", "stops_token")}
     stale = [r["stale_hit_rate"] for r in members if r["stale_hit_rate"] is not None]
@@ -149,6 +159,11 @@ def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str
         "plain_tokens_per_s": total["plain_tokens"] / total["plain_wall_s"] if total["plain_wall_s"] else None,
         "spec_tokens_per_s": total["spec_tokens"] / wall if wall else None,
         "proposer_share": total["spec_proposer_s"] / wall if wall else None,
+        "target_share": total["spec_target_s"] / wall if wall else None,
+        "plain_engine_share":
+            1 - total["plain_target_s"] / total["plain_wall_s"] if total["plain_wall_s"] else None,
+        "plain_latency_s": percentiles([r["plain_wall_s"] for r in members]),
+        "spec_latency_s": percentiles([r["spec_wall_s"] for r in members]),
         "stale_hit_rate": sum(stale) / len(stale) if stale else None,
         **{f"stop_{reason}": total[f"stops_{reason}"] / total["spec_nfe"] for reason in ("leaf", "position", "token")},
     }
@@ -173,3 +188,12 @@ def _joint_draws(arms: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     prompts = prompt_sets.pop()
     plain = [next(iter(sums.values()))[p][0] for p in prompts]
     return resampled_speedups(plain, {arm: [per_prompt[p][1] for p in prompts] for arm, per_prompt in sums.items()})
+
+
+LATENCY_PERCENTILES = (50, 90, 99)
+
+
+def percentiles(values: list[float]) -> list[float]:
+    """[p50, p90, p99] of per-prompt latencies, interpolated between order statistics, so a handful
+    of prompts gives numbers and one slow prompt shows in p99 only."""
+    return [float(v) for v in np.percentile(values, LATENCY_PERCENTILES)]

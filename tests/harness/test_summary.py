@@ -12,7 +12,7 @@ import torch
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
 from harness.results import ROW_SCHEMA
-from harness.summary import summarize
+from harness.summary import percentiles, summarize
 from proposers.spot import SpotConfig, SpotNet, save_spot
 from tasks.registry import get_task
 
@@ -53,3 +53,17 @@ def test_learned_arms_are_compared_with_the_best_baseline_and_every_arm_with_the
         assert low <= high
         assert learned["oracle_fraction"] == pytest.approx(cell[learned["proposer"]] / cell["oracle"])
     assert all(r["vs_best_baseline"] is None for r in summary if r["proposer_kind"] != "learned")
+
+
+def test_every_arm_has_its_wall_split_and_per_prompt_latency(summary) -> None:
+    for r in summary:
+        assert 0 < r["target_share"] < 1 and 0 <= r["proposer_share"] < 1
+        assert r["target_share"] + r["proposer_share"] < 1  # the engine is never free
+        assert 0 < r["plain_engine_share"] < 1
+        for latency in (r["plain_latency_s"], r["spec_latency_s"]):
+            assert len(latency) == 3 and 0 < latency[0] <= latency[1] <= latency[2]
+
+
+def test_latency_percentiles_interpolate_between_prompts() -> None:
+    assert percentiles([4.0, 1.0, 100.0, 2.0, 3.0]) == pytest.approx([3.0, 61.6, 96.16])
+    assert percentiles([0.5]) == [0.5, 0.5, 0.5]
