@@ -111,16 +111,18 @@ def test_prompt_ids_file_and_its_errors(tmp_path, capsys):
 
 
 def test_a_run_worker_decodes_an_ids_task(tmp_path):
-    """`ids:FILE` as a run's task: the worker's rows carry the ids as given and no score."""
+    """`ids:FILE` as a run's task, the mask id from the suite: the worker's rows carry the ids as given
+    and no score."""
     from cluster.evaluate import Evaluator, Unit
     from cluster.suite import Suite
     from tasks.registry import get_task
 
-    folder = bare_copy(tmp_path)
+    folder = bare_copy(tmp_path, drop_ids=True)
     prompts = tmp_path / "ids.jsonl"
     prompts.write_text("[5, 6, 7, 8]\n")
     suite = Suite(models=(str(folder),), proposers=("confidence",), tasks=(f"ids:{prompts}",), budgets=(4,),
-                  temperatures=(0.0,), gen_length=16, block_length=8, limit=1)
+                  temperatures=(0.0,), gen_length=16, block_length=8, limit=1, mask_id=2)
     [sample] = get_task(f"ids:{prompts}").load()
     [[row]] = Evaluator(suite).evaluate(Unit(str(folder), f"ids:{prompts}", sample, ((0.0, "top1", 0),)))
     assert row.prompt_tokens == 4 and row.exact and row.correct is None and row.chat_template == "none"
+    assert row.spec_nfe <= row.plain_nfe and row.plain_answer_ids == row.spec_answer_ids
