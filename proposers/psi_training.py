@@ -67,7 +67,7 @@ class DrafterRecipe:
     response_max_tokens: Count = 64
     """Longer responses are cut (the first tokens of an answer are where drafting starts)."""
     train_examples: NonNegativeInt = 0
-    """At most this many training sequences (0: the whole train splits)."""
+    """At most this many training sequences, from the first samples of each task (0: the whole train splits)."""
     checkpoint_every: Count = 25
     validation_prompts: NonNegativeInt = 8
     validation_every: Count = 100
@@ -93,7 +93,8 @@ def training_data(recipe: DrafterRecipe, target: ARTarget) -> tuple[list[Sequenc
     sequences: list[Sequence] = []
     for name in recipe.tasks:
         task = get_task(name, num_fewshot=0)
-        for sample in task.load("train"):
+        limit = recipe.validation_prompts + recipe.train_examples if recipe.train_examples else None
+        for sample in task.load("train", limit=limit):
             prompt = prompt_ids(task, sample, target.tokenizer)
             response = target.tokenizer.encode(sample.target, add_special_tokens=False)[: recipe.response_max_tokens - 1]
             if len(prompt) <= recipe.prompt_max_tokens:
