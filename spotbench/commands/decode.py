@@ -28,8 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="target: tiny-random:<family>[:seed] or a checkpoint folder; autoregressive: "
                              "smollm2, tiny-random-ar[:seed] or a causal-LM folder")
     parser.add_argument("--proposer", default="confidence",
-                        help="oracle, oracle-order, confidence, confidence-branch, spot or spot:CHECKPOINT_DIR; "
-                             "for autoregressive targets oracle, prompt-lookup or draft-model:NAME")
+                        help="oracle, oracle-order, confidence, confidence-branch, spot[:CHECKPOINT_DIR], "
+                             "spiffy[:GRAPH_DIR] or spot-sets[:CHECKPOINT_DIR] (refused where fitted to another "
+                             "model, block length or rule); for autoregressive targets oracle, prompt-lookup "
+                             "or draft-model:NAME")
     # numbers stay text here: the suite's field validators check them, as they check a suite file
     parser.add_argument("--budget", default="8", help="most draft nodes per pass (0 = plain decoding)")
     parser.add_argument("--rule", default="top1", help="top1 or threshold:TAU, TAU in (0, 1]")
