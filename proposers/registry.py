@@ -6,8 +6,8 @@ folder under zoo/proposers/). `spot-sets` is the zoo's SPOT-Sets checkpoint (sda
 zoo's Spiffy graph for sdar-a; `spiffy:DIR` any calibration folder (`spotbench calibrate-spiffy`),
 named the same way. `psi-linear:DIR` and `psi-tree:DIR` are Psi-Spec drafters (a folder written by
 `spotbench train-drafter`, or its name under zoo/drafters/) with optional settings after a second
-colon: `psi-linear:DIR:B=4`, `psi-tree:DIR:B=5,K=3,V=8` (proposers/psi_spec.py). Every command and suite names proposers this way, so a study of many checkpoints
-is one run:
+colon: `psi-linear:DIR:B=4`, `psi-tree:DIR:B=5,K=3,V=8` (proposers/psi_spec.py). Every command and
+suite names proposers this way, so a study of many checkpoints is one run:
 `--proposers confidence,spot,spot:zoo/proposers/spot-sdar-a`.
 
 A factory gets the argument, the target and the plain generation of the same prompt and seed (only
