@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cluster.suite import build_suite, load_suite
 from harness.decoding import DecodeConfig, parse_rule, plain_decode, speculative_decode
 from harness.errors import UserError
 from harness.targets.registry import load_target
@@ -76,3 +77,16 @@ def test_committed_calibrations_are_the_zoo_checkpoint_fitted_to_their_target_on
         check_arm_for_model(f"spot-sets:{folder}", folder.name, 32, ["threshold:0.9"])
         with pytest.raises(UserError, match=f"calibrated for model '{folder.name}', not 'sdar-a'"):
             check_arm_for_model(f"spot-sets:{folder}", "sdar-a", 32, ["threshold:0.9"])
+
+
+@pytest.mark.parametrize("path", sorted((ZOO_PROPOSERS.parents[1] / "suites" / "threshold-table").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_threshold_table_suites_run_each_target_with_its_own_fitted_proposers(path):
+    """Each suite is valid as a run checks it (every Spiffy graph and SPOT-Sets calibration fits its
+    model, block length and rule), and pairs the learned proposer of its rule with both baselines."""
+    suite = build_suite(load_suite(path), {})
+    [model], [rule] = suite.models, suite.rules
+    assert path.stem == f"{model}-{'top1' if rule == 'top1' else 'threshold'}"
+    learned = "spot" if rule == "top1" else "spot-sets"
+    assert [p.partition(":")[0] for p in suite.proposers] == ["confidence", "spiffy", learned]
+    assert suite.limit >= 40 and suite.split == "test" and set(suite.budgets) == {2, 4, 8, 16}
