@@ -12,8 +12,8 @@ sum_v |p_student - p_teacher| per response position. Clean rows depend on no tra
 the backward pass only runs through the noisy rows. The block size follows the curriculum (e.g.
 2 -> 4 -> 8, equal shares of the steps).
 
-Train splits only (prompts as the task builds them for the base, through its chat template when it
-has one; responses are the reference answers); the first `validation_prompts` prompts are held out
+Train splits only (the command reads them: prompts as the task builds them for the base, through its
+chat template when it has one; responses are the reference answers); the first `validation_prompts` prompts are held out
 and decoded with linear Psi-Spec at some checkpoints, T=0, so the learning curve is the mean tokens
 per verify forward (tau). Deterministic by seed; the run state is saved every `checkpoint_every`
 steps in the output folder, so re-running the command resumes (bit-identically), and removed when
@@ -67,7 +67,8 @@ class DrafterRecipe:
     response_max_tokens: Count = 64
     """Longer responses are cut (the first tokens of an answer are where drafting starts)."""
     train_examples: NonNegativeInt = 0
-    """At most this many training sequences, from the first samples of each task (0: the whole train splits)."""
+    """At most this many training sequences (0: the whole train splits); the command then reads only
+    the first `validation_prompts + train_examples` samples of each task."""
     checkpoint_every: Count = 25
     validation_prompts: NonNegativeInt = 8
     validation_every: Count = 100
@@ -85,20 +86,13 @@ class Sequence:
     response: list[int]
 
 
-def training_data(recipe: DrafterRecipe, target: ARTarget) -> tuple[list[Sequence], list[list[int]]]:
-    """(training sequences, held-out validation prompts), from train splits only."""
-    from tasks.base import prompt_ids
-    from tasks.registry import get_task
-
-    sequences: list[Sequence] = []
-    for name in recipe.tasks:
-        task = get_task(name, num_fewshot=0)
-        limit = recipe.validation_prompts + recipe.train_examples if recipe.train_examples else None
-        for sample in task.load("train", limit=limit):
-            prompt = prompt_ids(task, sample, target.tokenizer)
-            response = target.tokenizer.encode(sample.target, add_special_tokens=False)[: recipe.response_max_tokens - 1]
-            if len(prompt) <= recipe.prompt_max_tokens:
-                sequences.append(Sequence(prompt, response + [target.eos_id]))
+def training_data(recipe: DrafterRecipe, pairs: list[tuple[list[int], list[int]]], eos_id: int
+                  ) -> tuple[list[Sequence], list[list[int]]]:
+    """(training sequences, held-out validation prompts) from (prompt ids, response ids) pairs of
+    train splits, in the tasks' order: the first `validation_prompts` are held out, the rest are cut,
+    filtered and shuffled by the recipe's seed."""
+    sequences = [Sequence(prompt, response[: recipe.response_max_tokens - 1] + [eos_id])
+                 for prompt, response in pairs if len(prompt) <= recipe.prompt_max_tokens]
     validation = [s.prompt for s in sequences[: recipe.validation_prompts]]
     training = sequences[recipe.validation_prompts :]
     random.Random(recipe.seed).shuffle(training)
@@ -188,11 +182,13 @@ def validate(drafter: GatedLoRAModel, target: ARTarget, prompts: list[list[int]]
     return {"tau": commits / max(1, nfe), "tokens_per_target_forward": commits / max(1, forwards)}
 
 
-def train_drafter(recipe: DrafterRecipe, target: ARTarget, out_dir: Path) -> dict:
-    """Train (or resume) into `out_dir`; returns the drafter's metadata (also written to drafter.json)."""
+def train_drafter(recipe: DrafterRecipe, target: ARTarget, pairs: list[tuple[list[int], list[int]]],
+                  out_dir: Path) -> dict:
+    """Train (or resume) into `out_dir` on (prompt ids, response ids) pairs of train splits (the
+    caller reads the tasks); returns the drafter's metadata (also written to drafter.json)."""
     if (out_dir / META_FILE).is_file() and not (out_dir / STATE_FILE).exists():
         raise UserError(f"{out_dir} already holds a finished drafter; use a new --out folder")
-    training, validation = training_data(recipe, target)
+    training, validation = training_data(recipe, pairs, target.eos_id)
     torch.manual_seed(recipe.seed)
     drafter = GatedLoRAModel(target.model, recipe.rank, recipe.alpha)
     parameters = list(drafter.lora_state().values())

@@ -28,6 +28,22 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"recipe {args.recipe}: base {recipe.base!r} is not an autoregressive target; Psi-Spec "
                         "drafts for causal LMs (smollm2, ar-a, a causal-LM folder)")
     target = load_target(recipe.base, args.device, "float32")
-    meta = train_drafter(recipe, target, Path(args.out))
+    meta = train_drafter(recipe, target, task_pairs(recipe, target), Path(args.out))
     print(json.dumps({k: meta[k] for k in ("base", "base_hash", "steps", "train_seconds")} | {"curve": meta["curve"]}))
     return 0
+
+
+def task_pairs(recipe, target) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, reference answer ids) of the recipe's tasks' train splits, prompts built for the
+    base (its chat template, if any); only train splits: nothing from a test split trains a drafter."""
+    from tasks.base import prompt_ids
+    from tasks.registry import get_task
+
+    limit = recipe.validation_prompts + recipe.train_examples if recipe.train_examples else None
+    pairs = []
+    for name in recipe.tasks:
+        task = get_task(name, num_fewshot=0)
+        for sample in task.load("train", limit=limit):
+            pairs.append((prompt_ids(task, sample, target.tokenizer),
+                          target.tokenizer.encode(sample.target, add_special_tokens=False)))
+    return pairs

@@ -10,6 +10,7 @@ from harness.targets.ar import tiny_random_ar
 from proposers import psi_training
 from proposers.psi_lora import META_FILE, WEIGHTS_FILE
 from proposers.psi_training import DrafterRecipe, Sequence, layout, train_drafter
+from spotbench.commands.train_drafter import task_pairs
 
 RECIPE = """name: psi-tiny
 base: tiny-random-ar
@@ -52,7 +53,8 @@ def test_resume_is_bit_identical(tmp_path, monkeypatch):
     recipe_path.write_text(RECIPE)
     recipe = DrafterRecipe.load(recipe_path)
     target = tiny_random_ar(0)
-    whole = train_drafter(recipe, target, tmp_path / "whole")
+    pairs = task_pairs(recipe, target)
+    whole = train_drafter(recipe, target, pairs, tmp_path / "whole")
 
     calls = {"n": 0}
     real_step = psi_training.optimizer_step
@@ -65,9 +67,9 @@ def test_resume_is_bit_identical(tmp_path, monkeypatch):
 
     monkeypatch.setattr(psi_training, "optimizer_step", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        train_drafter(recipe, target, tmp_path / "resumed")
+        train_drafter(recipe, target, pairs, tmp_path / "resumed")
     monkeypatch.setattr(psi_training, "optimizer_step", real_step)
-    resumed = train_drafter(recipe, target, tmp_path / "resumed")
+    resumed = train_drafter(recipe, target, pairs, tmp_path / "resumed")
     assert sorted(p.name for p in (tmp_path / "resumed").iterdir()) == [META_FILE, WEIGHTS_FILE]
     assert (tmp_path / "whole" / WEIGHTS_FILE).read_bytes() == (tmp_path / "resumed" / WEIGHTS_FILE).read_bytes()
     assert resumed["curve"] == whole["curve"] and [p["step"] for p in whole["curve"]] == [2, 4]
