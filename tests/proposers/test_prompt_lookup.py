@@ -42,7 +42,8 @@ def test_the_longest_ngram_and_its_first_occurrence_win():
 
 def test_registry_kinds_and_validation():
     assert check_proposer("prompt-lookup").kind == "baseline"
-    assert proposers_for("ar") == ["oracle", "prompt-lookup"]
+    assert proposers_for("ar")[:3] == ["oracle", "prompt-lookup", "draft-model"]
+    assert not {"prompt-lookup", "draft-model"} & set(proposers_for("dlm"))
     assert "prompt-lookup" not in proposers_for("dlm") and "oracle" in proposers_for("dlm")
     check_arm_for_model("prompt-lookup", "tiny-random-ar", 32)
     check_arm_for_model("oracle", "tiny-random-ar", 32)
