@@ -43,8 +43,7 @@ from harness.decoding.tree import LEAF, NO_DRAFT, TOKEN
 from harness.targets.ar import ARTarget
 
 COUPLED, REJECTION = "coupled", "rejection"
-AR_SAMPLING = (COUPLED, REJECTION)
-"""How speculative AR decoding samples (`--ar-sampling`); DLM arms are always coupled."""
+"""How speculative AR decoding samples (`--ar-sampling`, the suite's `ar_sampling`); DLM arms are always coupled."""
 DISTRIBUTION = "distribution"
 """The verdict of a rejection-mode row at T>0: equal to plain decoding in distribution, not checked
 token for token."""
