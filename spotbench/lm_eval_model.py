@@ -48,6 +48,11 @@ DEFAULTS = {"model": "sdar-a", "proposer": "confidence", "budget": "8", "rule": 
 log = logging.getLogger(__name__)
 
 
+class ModelArgsError(ValueError):
+    """A bad `model_args` key or value: a ValueError where lm-eval builds the model (its error path);
+    `spotbench lm-eval` prints it as one line and exits 2."""
+
+
 @register_model(NAME)
 class SpotbenchLM(LM):
     """See the module docstring. model_args: model, proposer, budget, rule, temperature, seed,
@@ -63,7 +68,7 @@ class SpotbenchLM(LM):
         known = [*SETTINGS, *EXECUTION]
         unknown = sorted(set(model_args) - set(known) - set(IGNORED))
         if unknown:
-            raise ValueError(f"spotbench model_args: unknown key {unknown[0]!r}; known keys: {', '.join(known)}")
+            raise ModelArgsError(f"spotbench model_args: unknown key {unknown[0]!r}; known keys: {', '.join(known)}")
         given = {key: str(value) for key, value in model_args.items() if key in SETTINGS and value is not None}
         settings = DEFAULTS | given
         try:
@@ -74,9 +79,9 @@ class SpotbenchLM(LM):
                                  dtype=str(model_args.get("dtype") or "auto"), mask_id=suite.mask_id,
                                  eos_id=suite.eos_id)
         except UserError as error:  # lm-eval prints a model's constructor error as it comes
-            raise ValueError(f"spotbench model_args: {error}") from None
+            raise ModelArgsError(f"spotbench model_args: {error}") from None
         if target.tokenizer is None:
-            raise ValueError(f"spotbench model_args: target {settings['model']!r} has no tokenizer, "
+            raise ModelArgsError(f"spotbench model_args: target {settings['model']!r} has no tokenizer, "
                              "and lm-eval tasks give text prompts; use a checkpoint with tokenizer files")
         self.target = target.exact() if self.exact else target
         self.suite = suite
@@ -185,5 +190,8 @@ def main(argv: list[str]) -> int:
     from lm_eval.__main__ import cli_evaluate
 
     with mock.patch.object(sys, "argv", ["lm_eval", *argv]):
-        cli_evaluate()
+        try:
+            cli_evaluate()
+        except ModelArgsError as error:
+            raise UserError(str(error)) from None
     return 0

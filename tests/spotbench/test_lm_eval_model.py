@@ -94,6 +94,17 @@ def test_unknown_model_args_key_is_one_line() -> None:
         SpotbenchLM.create_from_arg_string("model=sdar-a,budget=x")
 
 
+@pytest.mark.slow  # lm-eval prepares the task's data before it builds the model
+def test_spotbench_lm_eval_prints_a_bad_key_as_one_line(capsys, tmp_path) -> None:
+    gsm8k_config(tmp_path)
+    assert main(["lm-eval", "--model", "spotbench", "--model_args", "model=sdar-a,budgett=8", "--tasks", "gsm8k_local",
+                 "--include_path", str(tmp_path), "--limit", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("spotbench: error: spotbench model_args: unknown key 'budgett'; known keys: model, proposer, "
+                        "budget, rule, temperature, seed, gen_length, block_length, mask_id, eos_id, exact, dtype, "
+                        "device\n") and "Traceback" not in err
+
+
 def test_the_model_is_registered_beside_lm_eval_own() -> None:
     from lm_eval.api.registry import get_model
 
