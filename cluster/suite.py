@@ -163,9 +163,11 @@ def build_suite(file_settings: dict[str, Any], flags: Mapping[str, Any],
 def resolve(suite: Suite) -> None:
     """Every model, proposer and task (with its split) names something that exists."""
     from harness.targets.ar import check_ar_name, is_ar_name
+    from harness.targets.checkpoint import TOKENIZER_FILES
     from harness.targets.tiny import parse_tiny_name
     from harness.targets.zoo import zoo_names
     from proposers import check_arm_for_model, check_proposer, check_sampling
+    from tasks.prompt_ids import PREFIX as IDS_PREFIX
     from tasks.registry import get_task
 
     for model in suite.models:
@@ -187,6 +189,15 @@ def resolve(suite: Suite) -> None:
         if "auto" in suite.budgets and "train" not in task.splits:
             raise UserError(f"budgets auto chooses on train-split prompts and task {name!r} has none; "
                             "give it fixed budgets")
+    text_tasks = [name for name in suite.tasks if not name.startswith(IDS_PREFIX)]
+    for name in suite.tasks:
+        if name.startswith(IDS_PREFIX):
+            get_task(name).load()  # a missing or malformed file fails here, before a run directory exists
+    for model in suite.models:
+        bare = Path(model).is_dir() and not any((Path(model) / f).is_file() for f in TOKENIZER_FILES)
+        if text_tasks and bare and not is_ar_name(model):  # a GGUF file carries its own tokenizer
+            raise UserError(f"model {model} has no tokenizer files and task {text_tasks[0]} gives text prompts; "
+                            "give token-id prompts (--tasks ids:FILE.jsonl) or a folder with its tokenizer")
     for model in suite.models:
         if "auto" in suite.budgets and is_ar_name(model):
             raise UserError(f"budgets auto is for diffusion targets; give {model} fixed budgets")
