@@ -45,19 +45,21 @@ class MBPP:
              data_dir: str | None = None) -> list[Sample]:
         split = split or self.default_split
         rows = {row["task_id"]: row for row in data.load_rows(self.name, SOURCE, data_dir)}
-        shots = "".join(f"{header(rows[i])}[BEGIN]\n{clean(rows[i]['code'])}\n[DONE]\n\n"
-                        for i in FEWSHOT_IDS[: self.num_fewshot])
+        turns = tuple((header(rows[i]), f"[BEGIN]\n{clean(rows[i]['code'])}\n[DONE]")
+                      for i in FEWSHOT_IDS[: self.num_fewshot])
+        shots = "".join(f"{question}{answer}\n\n" for question, answer in turns)
         selected = [rows[i] for i in SPLITS[split] if i in rows][:limit]
         return [
             Sample(str(row["task_id"]), row["text"], clean(row["code"]),
                    clean(row["test_setup_code"] + "\n" + "\n".join(row["test_list"])),
-                   {"header": shots + header(row)})
+                   {"header": shots + header(row), "question": header(row), "shots": turns})
             for row in selected
         ]
 
     def prompt(self, sample: Sample, tokenizer: Any = None) -> str:
-        text = sample.meta["header"]
-        return render(text, text + "[BEGIN]\n", tokenizer, prefill="[BEGIN]\n")
+        text = sample.meta["header"]  # through a chat template the examples are earlier turns
+        return render(sample.meta["question"], text + "[BEGIN]\n", tokenizer, prefill="[BEGIN]\n",
+                      shots=sample.meta["shots"])
 
     def score(self, samples: list[Sample], completions: list[str]) -> list[dict[str, Any]]:
         programs = [code_block(cut(c, self.stop_strings)) for c in completions]

@@ -96,3 +96,14 @@ def test_the_suite_records_the_choice():
     assert suite.config()["chat_template"] is False and suite.config()["system_prompt"] == "S"
     with pytest.raises(UserError, match="--chat-template must be true or false, got maybe"):
         build_suite({}, {"chat_template": "maybe"})
+
+
+def test_mbpp_few_shot_becomes_turns(chat_folder):
+    tokenizer = load_target(str(chat_folder)).tokenizer
+    task = get_task("mbpp")
+    sample = task.load("test", limit=1)[0]
+    prompt = task.prompt(sample, Chat(tokenizer))
+    assert prompt.count("<|user|>") == 4 and prompt.count("<|assistant|>") == 4  # three examples, then the task
+    assert prompt.endswith(f"<|user|>{sample.meta['question']}<|end|><|assistant|>[BEGIN]\n")
+    raw = task.prompt(sample, Chat(tokenizer, enabled=False))
+    assert raw == sample.meta["header"] + "[BEGIN]\n" and raw.count("[DONE]") == 3 and "<|" not in raw
