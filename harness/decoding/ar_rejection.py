@@ -168,18 +168,17 @@ def ar_rejection_decode(target: ARTarget, prompt_ids: list[int] | Tensor, propos
             if not accepts(float(p[x]), float(q_row[x]), acceptance_uniform(seed, position + depth)):
                 token, stop = residual_token(p, q_row, noise), TOKEN
                 break
+            if x == eos or len(tokens) + 1 == config.gen_length:  # it ends the generation: counted as the
+                token, stop = x, LEAF                                # pass's last commit, as the coupled loop does
+                break
             tokens.append(x)
             metrics.accepted_per_depth[depth] += 1
             depth += 1
-            if x == eos or len(tokens) == config.gen_length:
-                token, stop = None, LEAF
-                break
-        if token is not None:
-            tokens.append(token)
+        tokens.append(token)
         metrics.draft_nodes += len(drafted)
-        pass_commits.append(depth + (token is not None))
+        pass_commits.append(depth + 1)
         stops.append(stop)
-        if token is not None and token != eos and len(tokens) < config.gen_length:
+        if token != eos and len(tokens) < config.gen_length:
             session.commit(list(range(1, depth + 1)), token)
     metrics.wall_s = time.perf_counter() - start
     metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(tokens)
