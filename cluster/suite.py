@@ -163,7 +163,6 @@ def build_suite(file_settings: dict[str, Any], flags: Mapping[str, Any],
 def resolve(suite: Suite) -> None:
     """Every model, proposer and task (with its split) names something that exists."""
     from harness.targets.ar import check_ar_name, is_ar_name
-    from harness.targets.checkpoint import TOKENIZER_FILES
     from harness.targets.tiny import parse_tiny_name
     from harness.targets.zoo import zoo_names
     from proposers import check_arm_for_model, check_proposer, check_sampling
@@ -189,18 +188,27 @@ def resolve(suite: Suite) -> None:
         if "auto" in suite.budgets and "train" not in task.splits:
             raise UserError(f"budgets auto chooses on train-split prompts and task {name!r} has none; "
                             "give it fixed budgets")
-    text_tasks = [name for name in suite.tasks if not name.startswith(IDS_PREFIX)]
     for name in suite.tasks:
         if name.startswith(IDS_PREFIX):
             get_task(name).load()  # a missing or malformed file fails here, before a run directory exists
+    for model in suite.models:
+        if "auto" in suite.budgets and is_ar_name(model):
+            raise UserError(f"budgets auto is for diffusion targets; give {model} fixed budgets")
+
+
+def check_prompts_fit(suite: Suite) -> None:
+    """A run's text tasks need a tokenizer: a checkpoint folder without tokenizer files takes only
+    token-id prompts (`ids:FILE.jsonl`), refused before a run directory exists."""
+    from harness.targets.ar import is_ar_name
+    from harness.targets.checkpoint import TOKENIZER_FILES
+    from tasks.prompt_ids import PREFIX
+
+    text_tasks = [name for name in suite.tasks if not name.startswith(PREFIX)]
     for model in suite.models:
         bare = Path(model).is_dir() and not any((Path(model) / f).is_file() for f in TOKENIZER_FILES)
         if text_tasks and bare and not is_ar_name(model):  # a GGUF file carries its own tokenizer
             raise UserError(f"model {model} has no tokenizer files and task {text_tasks[0]} gives text prompts; "
                             "give token-id prompts (--tasks ids:FILE.jsonl) or a folder with its tokenizer")
-    for model in suite.models:
-        if "auto" in suite.budgets and is_ar_name(model):
-            raise UserError(f"budgets auto is for diffusion targets; give {model} fixed budgets")
 
 
 def check_storable(suite: Suite) -> None:

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from cluster.runner import run_suite
-    from cluster.suite import build_suite, check_storable, load_suite
+    from cluster.suite import build_suite, check_prompts_fit, check_storable, load_suite
     from harness.lm_eval_results import write_results_json
     from harness.report import write_report
 
@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         "workers": args.workers, "device": args.device, "dtype": args.dtype, "gpus_per_worker": args.gpus_per_worker,
     })
     check_storable(suite)
+    check_prompts_fit(suite)
     output = args.output or str(Path("runs") / (Path(args.suite).stem if args.suite else "default"))
     try:
         result = run_suite(suite, output, address=args.address, progress=not args.no_progress)
