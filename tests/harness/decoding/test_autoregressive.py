@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 import random
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -90,7 +92,20 @@ def test_sampling_uses_the_noise_of_each_absolute_position():
     assert generation.tokens.tolist() != plain(0, temperature, 6).tokens.tolist()
 
 
-SPECS = {"draft-model": "draft-model:tiny-random-ar:1"}
+@functools.cache
+def psi_drafter() -> str:
+    """A Psi-Spec drafter folder for tiny-random-ar (LoRA at its zero init: the drafts are what the
+    base says at noise tokens)."""
+    from proposers.psi_lora import GatedLoRAModel, save_drafter, weights_hash
+
+    folder, base = tempfile.mkdtemp(prefix="psi-drafter-"), load_target("tiny-random-ar").model
+    save_drafter(GatedLoRAModel(base, 4, 8.0), Path(folder),
+                 {"base": "tiny-random-ar", "base_hash": weights_hash(base), "rank": 4, "alpha": 8.0, "max_block": 8})
+    return folder
+
+
+SPECS = {"draft-model": "draft-model:tiny-random-ar:1", "psi-linear": f"psi-linear:{psi_drafter()}",
+         "psi-tree": f"psi-tree:{psi_drafter()}:K=2"}
 """The spec each AR family is tested with, for the families that need an argument."""
 
 
