@@ -110,3 +110,15 @@ def test_registry_settings_and_model_check(tmp_path):
     assert isinstance(proposer, PsiTree) and (proposer.top_k, proposer.nodes, proposer.width) == (2, 6, 5)
     with pytest.raises(UserError, match="was trained for base model"):
         build_proposer(f"psi-linear:{tmp_path}", tiny_random_ar(1), None)
+
+
+def test_rejection_mode_at_t0_is_greedy_decoding():
+    """psi-linear's draft distributions drive the rejection-sampling loop; at T=0 that loop is greedy
+    decoding token for token (the distributional proof at T>0 is the loop's own test)."""
+    from harness.decoding.ar_rejection import ar_rejection_decode
+
+    target = tiny()
+    config = ARConfig(24, 0.0, seed=4)
+    spec = ar_rejection_decode(target, PROMPT, PsiLinear(random_drafter(target.model)), config, 4)
+    assert torch.equal(spec.tokens, ar_plain_decode(target, PROMPT, config).tokens)
+    assert spec.metrics.draft_target_forwards >= 1
