@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         "provenance": {
             "target": args.model, "family": target.family.name, "rule": rule, "tau": tau,
             "block_length": args.block_length, "gen_length": args.gen_length, "temperatures": temps,
-            "seed": args.seed, "prompts": names, "checkpoint": str(folder),
+            "seed": args.seed, "prompts": names, "checkpoint": args.proposer,
             "checkpoint_provenance": meta["provenance"], "git_revision": git_revision(),
         },
     }
