@@ -33,12 +33,9 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from harness.decoding.autoregressive import (ARConfig, ARDraftRequest, count_draft_forwards, draft_forwards,
-                                             target_token)
+from harness.decoding.autoregressive import ARConfig, ARDraftRequest, PassLog, target_token
 from harness.decoding.generation import Generation, synchronize
-from harness.decoding.metrics import Metrics
 from harness.decoding.noise import NoiseSource, gumbel
-from harness.decoding.rules import Transition
 from harness.decoding.tree import LEAF, NO_DRAFT, TOKEN
 from harness.targets.ar import ARTarget
 
@@ -135,12 +132,8 @@ def ar_rejection_decode(target: ARTarget, prompt_ids: list[int] | Tensor, propos
     sampled = temperature > 0
     plain = StreamNoise(seed, target.vocab_size, 0) if sampled else None
     drafting = StreamNoise(seed, target.vocab_size, DRAFT_STREAM) if sampled else None
-    metrics = Metrics(accepted_per_depth=[0] * budget)
-    tokens: list[int] = []
-    pass_commits: list[int] = []
-    stops: list[str] = []
-    forwards_before = draft_forwards(proposer)
-    start = time.perf_counter()
+    log = PassLog.begin(proposer, budget)
+    metrics, tokens, pass_commits, stops = log.metrics, log.tokens, log.pass_commits, log.stops
     while len(tokens) < config.gen_length and (not tokens or tokens[-1] != eos):
         position = session.position
         for stream in (plain, drafting) if sampled else ():
@@ -180,11 +173,7 @@ def ar_rejection_decode(target: ARTarget, prompt_ids: list[int] | Tensor, propos
         stops.append(stop)
         if token != eos and len(tokens) < config.gen_length:
             session.commit(list(range(1, depth + 1)), token)
-    metrics.wall_s = time.perf_counter() - start
-    metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(tokens)
-    count_draft_forwards(metrics, proposer, forwards_before)
-    steps = [Transition((i,), (t,)) for i, t in enumerate(tokens)]
-    return Generation(torch.tensor(tokens, dtype=torch.long), steps, pass_commits, None, metrics, eos, stops=stops)
+    return log.generation(session, eos, None)
 
 
 def _kept(tokens: list[int], most: int, eos: int) -> list[int]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -169,13 +169,9 @@ def ar_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProp
     session = target.start(prompt_ids)
     prompt = session.pending.cpu()
     noise = NoiseSource(config.seed, 1, target.vocab_size) if temperature > 0 else None
-    metrics = Metrics(accepted_per_depth=[0] * budget)
-    tokens: list[int] = []
-    pass_commits: list[int] = []
-    stops: list[str] = []
     records: list[StepRecord] = []
-    forwards_before = draft_forwards(proposer)
-    start = time.perf_counter()
+    log = PassLog.begin(proposer, budget)
+    metrics, tokens, pass_commits, stops = log.metrics, log.tokens, log.pass_commits, log.stops
     while len(tokens) < config.gen_length and (not tokens or tokens[-1] != eos):
         position = session.position
         if noise:
@@ -210,12 +206,7 @@ def ar_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProp
                      TOKEN if child is None and any(r == row for r, _ in tree.children) else LEAF)
         if token != eos and len(tokens) < config.gen_length:
             session.commit(path, token)
-    metrics.wall_s = time.perf_counter() - start
-    metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(tokens)
-    count_draft_forwards(metrics, proposer, forwards_before)
-    steps = [Transition((i,), (t,)) for i, t in enumerate(tokens)]
-    return Generation(torch.tensor(tokens, dtype=torch.long), steps, pass_commits, records if trace else None,
-                      metrics, eos, stops=stops)
+    return log.generation(session, eos, records if trace else None)
 
 
 def draft_forwards(proposer: object) -> DraftForwards:
@@ -229,6 +220,38 @@ def count_draft_forwards(metrics: Metrics, proposer: object, before: DraftForwar
     after = draft_forwards(proposer)
     metrics.draft_target_forwards = after.target - before.target
     metrics.draft_model_forwards = after.model - before.model
+
+
+@dataclass
+class PassLog:
+    """What an AR loop records pass by pass, and the `Generation` it becomes: one definition for the
+    coupled loop here and the rejection loop (`harness.decoding.ar_rejection`), so rows of both modes
+    count commits, passes, draft forwards and wall time the same way."""
+
+    proposer: object
+    metrics: Metrics
+    forwards_before: DraftForwards
+    started: float
+    tokens: list[int] = field(default_factory=list)
+    pass_commits: list[int] = field(default_factory=list)
+    stops: list[str] = field(default_factory=list)
+
+    @classmethod
+    def begin(cls, proposer: object, budget: int) -> PassLog:
+        """Call right before the first pass: the wall time and the draft-forward count start here."""
+        metrics = Metrics(accepted_per_depth=[0] * budget)
+        forwards_before = draft_forwards(proposer)
+        return cls(proposer, metrics, forwards_before, time.perf_counter())
+
+    def generation(self, session: ARSession, eos: int, records: list[StepRecord] | None) -> Generation:
+        """The finished generation: the session's forward counts and the trajectory, one token a step."""
+        metrics = self.metrics
+        metrics.wall_s = time.perf_counter() - self.started
+        metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(self.tokens)
+        count_draft_forwards(metrics, self.proposer, self.forwards_before)
+        steps = [Transition((i,), (t,)) for i, t in enumerate(self.tokens)]
+        return Generation(torch.tensor(self.tokens, dtype=torch.long), steps, self.pass_commits, records, metrics,
+                          eos, stops=self.stops)
 
 
 class NoARDraft:
