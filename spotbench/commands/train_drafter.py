@@ -6,14 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
+from spotbench.commands import add_recipe_arguments
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "train-drafter", help="distil a Psi-Spec drafter (gated LoRA) for an AR target from a recipe (resumes)"
     )
-    parser.add_argument("recipe", help="recipe YAML, e.g. zoo/drafters/psi-ar-a.yaml")
-    parser.add_argument("--out", required=True, help="drafter folder; re-running resumes an unfinished run")
-    parser.add_argument("--steps", help="override the recipe's number of steps (checked like its steps:)")
+    add_recipe_arguments(parser, "zoo/drafters/psi-ar-a.yaml", "drafter folder; re-running resumes an unfinished run")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     parser.set_defaults(func=run)
 

@@ -13,15 +13,15 @@ import argparse
 import json
 from pathlib import Path
 
+from spotbench.commands import add_recipe_arguments
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "train-proposer", help="train a SPOT proposer on a target's plain trajectories (train splits)"
     )
-    parser.add_argument("recipe", help="recipe YAML, e.g. zoo/proposers/spot-sdar-a.yaml")
-    parser.add_argument("--out", required=True, help="checkpoint folder")
+    add_recipe_arguments(parser, "zoo/proposers/spot-sdar-a.yaml", "checkpoint folder")
     parser.add_argument("--run-dir", help="collected data and resumable state (default: OUT/run)")
-    parser.add_argument("--steps", help="override the recipe's number of steps (checked like its steps:)")
     parser.add_argument("--workers", default="1",
                         help="collect with this many processes (Ray, one CPU each; the data does not change)")
     parser.add_argument("--address", help="collect on an existing Ray cluster (host:port or auto); default: local")

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from spotbench.commands import add_recipe_arguments
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     tok = subparsers.add_parser(
@@ -19,9 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     target = subparsers.add_parser(
         "train-target", help="train a tiny target DLM from a recipe (resumes an interrupted run)"
     )
-    target.add_argument("recipe", help="recipe YAML, e.g. zoo/recipes/sdar-a.yaml")
-    target.add_argument("--out", required=True, help="run folder; re-running resumes from it")
-    target.add_argument("--steps", help="override the recipe's number of steps (checked like its steps:)")
+    add_recipe_arguments(target, "zoo/recipes/sdar-a.yaml", "run folder; re-running resumes from it")
     target.set_defaults(func=run_target)
 
 
