@@ -36,7 +36,7 @@ from harness.decoding.autoregressive import ARConfig, ar_decode
 from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.targets.ar import ARTarget
-from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
+from harness.training.loop import load_state, next_batch, optimizer_step, save_state, warmup_cosine
 from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text, listed
 from proposers.psi_lora import META_FILE, GatedLoRAModel, save_drafter, weights_hash
 from proposers.psi_spec import PsiLinear
@@ -210,10 +210,7 @@ def train_drafter(recipe: DrafterRecipe, target: ARTarget, pairs: list[tuple[lis
     losses: list[float] = []
     while step < recipe.steps:
         began = time.perf_counter()
-        if cursor + recipe.batch_size > len(permutation):
-            permutation, cursor = torch.randperm(len(training), generator=order), 0
-        chosen = [training[i] for i in permutation[cursor : cursor + recipe.batch_size].tolist()]
-        cursor += recipe.batch_size
+        chosen, permutation, cursor = next_batch(training, permutation, cursor, recipe.batch_size, order)
         batch = layout(chosen, block_size(recipe, step), target.vocab_size, target.tokenizer.pad_token_id or 0, noise)
         loss = tv_loss(drafter, batch)
         lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)

@@ -1,5 +1,6 @@
-"""What every trainer here (zoo targets, SPOT proposers) shares: the learning-rate schedule, one
-optimizer step, and a training state that survives interruption, so a re-run resumes bit-identically.
+"""What every trainer here (zoo targets, SPOT proposers, Psi-Spec drafters) shares: the learning-rate
+schedule, one optimizer step, shuffled batches, and a training state that survives interruption, so a
+re-run resumes bit-identically.
 """
 
 from __future__ import annotations
@@ -8,12 +9,14 @@ import dataclasses
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeVar
 
 import torch
 from torch import Tensor
 
 from harness.errors import UserError
+
+Item = TypeVar("Item")
 
 
 def warmup_cosine(peak: float, warmup_steps: int, total_steps: int, step: int) -> float:
@@ -32,6 +35,16 @@ def optimizer_step(optimizer: torch.optim.Optimizer, parameters: Iterable[Tensor
     loss.backward()
     torch.nn.utils.clip_grad_norm_(parameters, grad_clip)
     optimizer.step()
+
+
+def next_batch(items: list[Item], permutation: Tensor, cursor: int, batch_size: int, order: torch.Generator
+               ) -> tuple[list[Item], Tensor, int]:
+    """The next `batch_size` items of a shuffled pass over `items`, and the (permutation, cursor) that
+    follow it: a pass with fewer than `batch_size` items left is dropped and a new permutation is drawn
+    from `order`. Permutation, cursor and `order`'s state are what a saved run resumes from."""
+    if cursor + batch_size > len(permutation):
+        permutation, cursor = torch.randperm(len(items), generator=order), 0
+    return [items[i] for i in permutation[cursor : cursor + batch_size].tolist()], permutation, cursor + batch_size
 
 
 def same_recipe(saved: dict, recipe: Any) -> bool:

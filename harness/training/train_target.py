@@ -25,7 +25,7 @@ from harness.targets.model import DLMTransformer, ModelConfig, MoEConfig
 from harness.targets.target import DLMTarget
 from harness.training.ar_objective import AR_FAMILY, ar_loss, ar_model, save_ar_model
 from harness.training.objective import Example, build_batch, diffusion_loss
-from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
+from harness.training.loop import load_state, next_batch, optimizer_step, save_state, warmup_cosine
 from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text, options_of
 
 STATE_FILE = "train_state.pt"
@@ -106,10 +106,7 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
     model.train()
     progress = tqdm(total=recipe.steps, initial=step, desc=f"train {recipe.name}", unit="step")
     while step < recipe.steps:
-        if cursor + recipe.batch_size > len(permutation):
-            permutation, cursor = torch.randperm(len(training), generator=order), 0
-        chosen = [training[i] for i in permutation[cursor : cursor + recipe.batch_size].tolist()]
-        cursor += recipe.batch_size
+        chosen, permutation, cursor = next_batch(training, permutation, cursor, recipe.batch_size, order)
         if ar:
             loss = ar_loss(model, chosen, tokenizer.eos_token_id, tokenizer.pad_token_id)
         else:
