@@ -50,9 +50,11 @@ def main() -> None:
                     config = DecodeConfig(rule, 64, size, temperature, seed)
                     plain = plain_decode(target, prompt_ids(task, sample, target.tokenizer), config, keep_logits=True)
                     noise = NoiseSource(seed, size, target.vocab_size) if temperature > 0 else None
+                    block_first = {step: block.first for block in plain.blocks(target.mask_id)
+                                   for step in range(block.first, block.end)}
                     for step, transition in enumerate(plain.steps):
                         (position,), (token,) = transition.positions, transition.tokens
-                        for age in range(1, min(step % size, args.ages) + 1):
+                        for age in range(1, min(step - block_first[step], args.ages) + 1):
                             sample_noise = noise(step)[position : position + 1] if noise else None
                             view = StaleView.of(plain.pass_logits[step - age][position : position + 1],
                                                 temperature, target.mask_id)

@@ -118,11 +118,6 @@ class Suite:
     gpus_per_worker: accepts(float, "a number of GPUs > 0 (fractions share a GPU)", gt=0, allow_inf_nan=False) = 1.0
     """GPUs each worker reserves on a GPU cluster; 0.5 puts two workers on one GPU."""
 
-    def __post_init__(self) -> None:
-        if self.gen_length % self.block_length:
-            raise ValueError(f"gen_length ({self.gen_length}) must be a positive multiple of block_length "
-                             f"({self.block_length}); change one of them")
-
     def config(self) -> dict[str, Any]:
         """The settings that define the results (JSON-ready; stored in the run's manifest)."""
         data = dataclasses.asdict(self)
@@ -163,6 +158,7 @@ def build_suite(file_settings: dict[str, Any], flags: Mapping[str, Any],
 def resolve(suite: Suite) -> None:
     """Every model, proposer and task (with its split) names something that exists."""
     from harness.targets.ar import check_ar_name, is_ar_name
+    from harness.targets.registry import check_lengths_for
     from harness.targets.tiny import parse_tiny_name
     from harness.targets.zoo import zoo_names
     from proposers import check_arm_for_model, check_proposer, check_sampling
@@ -172,10 +168,12 @@ def resolve(suite: Suite) -> None:
     for model in suite.models:
         if is_ar_name(model):
             check_ar_name(model)
-        elif model.startswith("tiny-random"):
+            continue
+        if model.startswith("tiny-random"):
             parse_tiny_name(model)
         elif model not in zoo_names():
             check_checkpoint_folder(model)
+        check_lengths_for(model, suite.gen_length, suite.block_length)
     for proposer in suite.proposers:
         check_proposer(proposer)
         for model in suite.models:  # fitted to one model, block length (a Spiffy graph) or rule (SPOT-Sets)

@@ -55,7 +55,7 @@ def measure_pass_cost(target: DLMTarget, prompt_ids: Sequence[int], config: Deco
     """The pass time with each number of rows, over the prompt's prefix with the first block masked
     (after untimed passes, the first of which stores the prompt's cache on block-causal targets)."""
     session = target.start(list(prompt_ids), config.gen_length, config.block_length)
-    state = torch.full((1, config.block_length), target.mask_id, dtype=torch.long)
+    state = session.first_state()[None]
     for count in rows:  # warm-up: allocator and kernels for every shape
         session.forward(state.expand(count, -1))
     times: dict[int, list[float]] = {count: [] for count in rows}

@@ -169,32 +169,28 @@ def count_patterns(plain: Generation, config: DecodeConfig, counts: Counter[Patt
     ends the pattern (the verifier's bonus commit, never a drafted node)."""
     if plain.pass_logits is None or plain.following is None:
         raise ValueError("calibration needs a plain generation decoded with keep_logits=True")
-    rule, size, temperature = config.rule, config.block_length, config.temperature
-    noise = NoiseSource(config.seed, size, plain.pass_logits[0].shape[-1]) if temperature > 0 else None
-    state = torch.full((size,), rule.mask_id, dtype=torch.long)
-    stale: Tensor | None = None
-    block, roots = 0, 0
-    for step, transition in enumerate(plain.steps):
-        if noise:
-            noise.forget_before(step)
-        if stale is not None and int((state == rule.mask_id).sum()) > 1:
-            roots += 1
-            node, pattern = state, ()
-            for truth in plain.steps[step : step + max_depth]:
-                if len(truth.positions) == int((node == rule.mask_id).sum()):
-                    break
-                depth_noise = noise(step + len(pattern)) if noise else None
-                element = StaleView(stale, node, depth_noise, temperature, rule).name(truth)
-                if element is None:
-                    break
-                pattern += (element,)
-                counts[pattern] += 1
-                node = truth.apply(node)
-        stale = plain.pass_logits[step]
-        state = transition.apply(state)
-        if bool((state != rule.mask_id).all()):
-            stale, block = plain.following[block], block + 1
-            state = torch.full((size,), rule.mask_id, dtype=torch.long)
+    rule, temperature = config.rule, config.temperature
+    noise = NoiseSource(config.seed, config.block_length, plain.pass_logits[0].shape[-1]) if temperature > 0 else None
+    roots = 0
+    for block in plain.blocks(rule.mask_id):
+        stale = None if block.index == 0 else plain.following[block.index - 1]
+        for step, state in zip(range(block.first, block.end), block.states(plain.steps)):
+            if noise:
+                noise.forget_before(step)
+            if stale is not None and int((state == rule.mask_id).sum()) > 1:
+                roots += 1
+                node, pattern = state, ()
+                for truth in plain.steps[step : step + max_depth]:
+                    if len(truth.positions) == int((node == rule.mask_id).sum()):
+                        break
+                    depth_noise = noise(step + len(pattern)) if noise else None
+                    element = StaleView(stale, node, depth_noise, temperature, rule).name(truth)
+                    if element is None:
+                        break
+                    pattern += (element,)
+                    counts[pattern] += 1
+                    node = truth.apply(node)
+            stale = plain.pass_logits[step]
     return roots
 
 

@@ -77,26 +77,27 @@ def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_len
     plain = plain_decode(target, prompt_ids, DecodeConfig(rule, gen_length, block_length, temperature, seed),
                          keep_logits=True)
     noise = NoiseSource(seed, block_length, target.vocab_size) if temperature > 0 else None
-    size, mask_id = block_length, target.mask_id
+    mask_id = target.mask_id
     positions = [t.positions[0] for t in plain.steps]
     tokens = [t.tokens[0] for t in plain.steps]
-    statics, pending = [], []  # pending: (view, stale, root commits, root step, block, tokens)
-    for first in range(0, len(plain.steps), size):  # top1: a block is `size` steps
-        block, block_tokens = positions[first : first + size], tokens[first : first + size]
-        previous = plain.following[first // size - 1] if first else None
-        views = [] if previous is None else [(previous, 0, first)]
-        views += [(plain.pass_logits[first + j], j + 1, first + j + 1) for j in range(size - 2)]
+    statics, pending = [], []  # pending: (view, stale, root commits, root step, block, tokens, prefilled)
+    for span in plain.blocks(mask_id):  # top1: one step per position
+        block, block_tokens = positions[span.first : span.end], tokens[span.first : span.end]
+        prefilled = (span.start != mask_id).long()  # the prompt's tail, on the absolute block grid
+        previous = plain.following[span.index - 1] if span.index else None
+        views = [] if previous is None else [(previous, 0, span.first)]
+        views += [(plain.pass_logits[span.first + j], j + 1, span.first + j + 1) for j in range(len(block) - 2)]
         for logits, root_commits, root_step in views:
             stale = StaleView.of(logits, temperature, mask_id)
             statics.append(static_features(stale))
-            pending.append((len(statics) - 1, stale, root_commits, root_step, block, block_tokens))
+            pending.append((len(statics) - 1, stale, root_commits, root_step, block, block_tokens, prefilled))
     view_ids, cands, ages_list, depths, labels, outcomes = [], [], [], [], [], []
-    for view, stale, root_commits, root_step, block, tokens in pending:
+    for view, stale, root_commits, root_step, block, tokens, prefilled in pending:
         drafted = None
-        for depth in range(min(config.max_depth, size - root_commits - 1)):
+        for depth in range(min(config.max_depth, len(block) - root_commits - 1)):
             if drafted is None or noise:
                 drafted = candidates(stale, noise(root_step + depth) if noise else None, rule)
-            root = torch.zeros(size, dtype=torch.long)  # 0 stands for the mask here
+            root = prefilled.clone()  # 0 stands for the mask here
             root[block[:root_commits]] = 1
             ages = root_ages(root, 0, tuple(block[:root_commits]), config.max_age)
             for position in block[root_commits : root_commits + depth]:

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from harness.decoding import DecodeConfig, NoiseSource, Rule, Transition, parse_rule, plain_decode
+from harness.decoding import DecodeConfig, NoiseSource, Rule, parse_rule, plain_decode
 from harness.targets.target import DLMTarget
 from proposers.spot import NEITHER, RUNNER_UP, TOP, StaleView, candidates, root_ages, static_features
 from proposers.spot_collection import CHUNK, ChunkMap, Job, cat_views
@@ -71,17 +71,6 @@ class SetViews:
         return cat_views(parts, ("static", "candidate", "ages", "depth", "argmax", "in_set", "token"))
 
 
-def block_spans(steps: list[Transition], size: int) -> list[tuple[int, int]]:
-    """(first step, end step) of every finished block of a trajectory."""
-    spans, first, filled = [], 0, 0
-    for index, transition in enumerate(steps):
-        filled += len(transition.positions)
-        if filled == size:
-            spans.append((first, index + 1))
-            first, filled = index + 1, 0
-    return spans
-
-
 def outcome(drafted_tokens: Tensor, runner_up: Tensor, position: int, token: int) -> int:
     return TOP if int(drafted_tokens[position]) == token else RUNNER_UP if int(runner_up[position]) == token \
         else NEITHER
@@ -99,11 +88,10 @@ def collect(target: DLMTarget, prompt_ids: list[int], settings: Collecting, temp
     noise = NoiseSource(seed, size, target.vocab_size) if temperature > 0 else None
     statics: list[Tensor] = []
     examples: dict[str, list] = {k: [] for k in ("view", "candidate", "ages", "depth", "argmax", "in_set", "token")}
-    for block, (first, end) in enumerate(block_spans(plain.steps, size)):
-        states = [torch.full((size,), mask_id, dtype=torch.long)]  # states[k]: before step first + k
-        for step in range(first, end):
-            states.append(plain.steps[step].apply(states[-1]))
-        views = [] if block == 0 or plain.following[block - 1] is None else [(plain.following[block - 1], first)]
+    for span in plain.blocks(mask_id):
+        first, end = span.first, span.end
+        states = span.states(plain.steps)  # states[k]: before step first + k
+        views = [] if span.index == 0 or plain.following[span.index - 1] is None else [(plain.following[span.index - 1], first)]
         views += [(plain.pass_logits[step], step + 1) for step in range(first, end - 1)]
         for logits, root_step in views:
             root = states[root_step - first]

@@ -1,10 +1,12 @@
 """What a decoding arm is asked to do and what it returns, shared by the plain and speculative loops.
 
 Stopping and output (docs/decoding.md): a generation decodes blocks of `block_length` positions
-until `gen_length` positions are committed or a block finishes with an EOS in it. A finished block
-has no mask, so that EOS has no mask before it and the answer cannot change any more; this rule is
-the same for every arm. `Generation.tokens` keeps every committed block (what the lossless check
-compares); `answer_ids` cuts it at the first EOS (what gets decoded and scored).
+until the block holding answer position `gen_length - 1` is finished or a block finishes with an EOS
+among its answer positions. A finished block has no mask, so that EOS has no mask before it and the
+answer cannot change any more; this rule is the same for every arm. `Generation.tokens` keeps every
+committed answer position (what the lossless check compares); `answer_ids` cuts it at the first EOS
+(what gets decoded and scored). On the absolute block grid of block-causal families the first block
+starts with the prompt's tail (`Generation.first_state`), which is not part of the answer.
 """
 
 from __future__ import annotations
@@ -47,10 +49,28 @@ def check_rule(rule: Rule) -> None:
                         "give a tau in (0, 1], e.g. threshold:0.9")
 
 
+@dataclass(frozen=True)
+class BlockSpan:
+    """One finished block of a trajectory: `steps[first:end]` filled it, starting from `start`."""
+
+    index: int
+    first: int
+    end: int
+    start: Tensor
+    """[B] the block's state before its first step (the prompt's tail and masks, or all masks)."""
+
+    def states(self, steps: list[Transition]) -> list[Tensor]:
+        """[end - first + 1] the block's states: before each of its steps, then the finished block."""
+        states = [self.start]
+        for transition in steps[self.first : self.end]:
+            states.append(transition.apply(states[-1]))
+        return states
+
+
 @dataclass
 class Generation:
     tokens: Tensor
-    """[L] the committed tokens of every finished block (L is a multiple of block_length)."""
+    """[L] the committed answer tokens of every finished block (the prompt's tail excluded)."""
     steps: list[Transition]
     """The trajectory: steps[s] is the transition committed at global step s."""
     pass_commits: list[int]
@@ -65,6 +85,23 @@ class Generation:
     """... and per finished block, the logits its last pass gave the next block (full attention)."""
     stops: list[str] | None = None
     """Why each pass stopped (`harness.decoding.tree.stop_reason`)."""
+    first_state: Tensor | None = None
+    """[B] a block-diffusion generation's first block before any commit (`TargetSession.first_state`)."""
+
+    def blocks(self, mask_id: int) -> list[BlockSpan]:
+        """The finished blocks of a block-diffusion generation, in order: what a consumer of its
+        trajectory (replay, calibration, proposer training data) needs to rebuild every state."""
+        if self.first_state is None:
+            raise ValueError("only a block-diffusion generation has blocks")
+        spans: list[BlockSpan] = []
+        start, first, masked = self.first_state, 0, int((self.first_state == mask_id).sum())
+        for index, transition in enumerate(self.steps):
+            masked -= len(transition.positions)
+            if masked == 0:
+                spans.append(BlockSpan(len(spans), first, index + 1, start))
+                start = torch.full_like(self.first_state, mask_id)
+                first, masked = index + 1, start.numel()
+        return spans
 
     @property
     def answer_ids(self) -> list[int]:

@@ -30,28 +30,29 @@ from harness.targets.target import BlockLogits
 class RecordedTarget:
     """The target as far as a recorded plain generation knows it: the logits of its trajectory's states."""
 
-    def __init__(self, plain: Generation, block_length: int, mask_id: int):
+    def __init__(self, plain: Generation, mask_id: int):
         if plain.pass_logits is None or plain.following is None:
             raise ValueError("replay needs a plain generation decoded with keep_logits=True")
         self.plain, self.mask_id, self.eos_id = plain, mask_id, plain.eos_id
         self.vocab_size = plain.pass_logits[0].shape[-1]
         self.known: dict[tuple[int, bytes], int] = {}  # (block, state) -> the step taken from it
-        block, state = 0, torch.full((block_length,), mask_id, dtype=torch.long)
-        for step, transition in enumerate(plain.steps):
-            self.known[block, state.numpy().tobytes()] = step
-            state = transition.apply(state)
-            if bool((state != mask_id).all()):
-                block, state = block + 1, torch.full((block_length,), mask_id, dtype=torch.long)
+        self.blocks = plain.blocks(mask_id)
+        for block in self.blocks:
+            for step, state in zip(range(block.first, block.end), block.states(plain.steps)):
+                self.known[block.index, state.numpy().tobytes()] = step
 
     def start(self, prompt_ids: object, gen_length: int, block_length: int) -> RecordedSession:
-        return RecordedSession(self, gen_length // block_length)
+        return RecordedSession(self)
 
 
 class RecordedSession:
-    def __init__(self, target: RecordedTarget, num_blocks: int):
-        self.target, self.num_blocks = target, num_blocks
+    def __init__(self, target: RecordedTarget):
+        self.target = target
         self.block_index = self.nfe = self.rows = 0
         self.finished: list[Tensor] = []
+
+    def first_state(self) -> Tensor:
+        return self.target.blocks[0].start.clone()
 
     def forward(self, states: Tensor) -> BlockLogits:
         self.nfe += 1
@@ -63,17 +64,19 @@ class RecordedSession:
         following = plain.following[self.block_index] if self.block_index < len(plain.following) else None
         return BlockLogits(current, None if following is None else following.expand(len(steps), -1, -1))
 
-    def finish_block(self, state: Tensor) -> None:
+    def finish_block(self, state: Tensor) -> bool:
+        """The recorded generation ended after its last finished block."""
         self.finished.append(state.clone())
         self.block_index += 1
+        return self.block_index == len(self.target.blocks)
 
     def answer(self) -> Tensor:
-        return torch.cat(self.finished)
+        return torch.cat(self.finished)[int((self.target.blocks[0].start != self.target.mask_id).sum()) :]
 
 
 def replay(plain: Generation, proposer: Proposer, config: DecodeConfig, budget: int) -> Generation:
     """The speculative generation `proposer` would give at `budget`: its passes, commits and stops."""
-    target = RecordedTarget(plain, config.block_length, config.rule.mask_id)
+    target = RecordedTarget(plain, config.rule.mask_id)
     generation = speculative_decode(target, [0], proposer, config, budget)  # type: ignore[arg-type]
     if generation.steps != plain.steps:
         raise ValueError("the replay left the recorded plain trajectory: the plain generation is not this "

@@ -44,7 +44,7 @@ def speculative_decode(
     records: list[StepRecord] = []
     kept: list[Tensor] = []
     following: list[Tensor | None] = []
-    state = torch.full((size,), mask_id, dtype=torch.long)
+    state = session.first_state()
     stale: Tensor | None = None
     history: list[int] = []  # this block's committed positions, oldest first
     start = time.perf_counter()
@@ -86,18 +86,19 @@ def speculative_decode(
         state = transition.apply(tree.states[row])
         stale = logits.current[row]
         if bool((state != mask_id).all()):
-            session.finish_block(state)
+            answer_complete = session.finish_block(state)
             stale = None if logits.following is None else logits.following[row]
             if keep_logits:
                 following.append(None if stale is None else stale.cpu())
-            if bool((state == target.eos_id).any()) or session.block_index == session.num_blocks:
+            if answer_complete:
                 break
             state = torch.full((size,), mask_id, dtype=torch.long)
             history = []
     metrics.wall_s = time.perf_counter() - start
     metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(steps)
     return Generation(session.answer(), steps, pass_commits, records if trace else None, metrics, target.eos_id,
-                      kept if keep_logits else None, following if keep_logits else None, stops)
+                      kept if keep_logits else None, following if keep_logits else None, stops,
+                      session.first_state())
 
 
 def count_stale_hits(metrics: Metrics, stale: Tensor, committed: list[Transition], mask_id: int) -> None:

@@ -8,20 +8,43 @@ by name and config before anything loads (`target_kind`).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from harness.errors import UserError
 from harness.targets.ar import ARTarget, is_ar_name, load_ar_target
-from harness.targets.checkpoint import check_token_id, load_checkpoint
+from harness.targets.checkpoint import CONFIG, check_token_id, load_checkpoint
 from harness.targets.devices import resolve_device, resolve_dtype
-from harness.targets.target import DLMTarget
+from harness.targets.families import FamilySpec, family
+from harness.targets.formats import detect_format
+from harness.targets.target import DLMTarget, check_geometry
 from harness.targets.tiny import parse_tiny_name, tiny_random_target
-from harness.targets.zoo import model_dir, zoo_names
+from harness.targets.zoo import model_dir, zoo_entry, zoo_names
 
 
 def target_kind(name: str) -> str:
     """`ar` for an autoregressive target name, else `dlm` (the kind of proposers it takes)."""
     return "ar" if is_ar_name(name) else "dlm"
+
+
+def family_of(name: str) -> FamilySpec:
+    """A diffusion target's family from its name and config alone (no weights load): what checks of
+    the decoding geometry need before any worker starts."""
+    if name in zoo_names():
+        return family(zoo_entry(name).family)
+    if name.startswith("tiny-random"):
+        return family(parse_tiny_name(name)[0])
+    config = Path(name) / CONFIG
+    try:
+        return family(detect_format(json.loads(config.read_text(encoding="utf-8")), config).family)
+    except (OSError, ValueError):
+        raise UserError(f"unknown target {name!r}: no readable {config}; give a zoo model, "
+                        "tiny-random:<family>[:seed] or a checkpoint folder") from None
+
+
+def check_lengths_for(name: str, gen_length: int, block_length: int) -> None:
+    """UserError (one line) if `gen_length` is not one the target family's published `generate` takes."""
+    check_geometry(family_of(name), gen_length, block_length)
 
 
 def load_target(name: str, device: str = "cpu", dtype: str = "float32", mask_id: int | None = None,

@@ -6,11 +6,18 @@ pass over a batch of candidate states of the current block. Plain decoding calls
 speculative decoding with the root plus every draft node. The session counts passes (`nfe`) and rows
 itself, so every decoding arm is accounted the same way.
 
+Block grids follow each family's published `generate` (docs/checkpoints.md). Block-causal families
+(SDAR, LLaDA2) lay blocks on absolute positions from 0: block k is positions [kB, (k+1)B). When the
+prompt length P is not a multiple of B, the first decoded block starts at floor(P/B)*B and holds the
+prompt's last P mod B tokens, already committed, before its masks (`first_state`); decoding runs to
+the end of the block holding position P + gen_length - 1, so any positive gen_length is allowed.
+Full-attention families (LLaDA, Dream) start the first block at the answer, as LLaDA's `generate`
+does, and need gen_length to be a multiple of B.
+
 Block-causal families store a finished block's keys/values by fusing that store with the next block's
 first pass (the pending tokens are prepended to the rows). This is exact because a finished block
-cannot see later blocks, and it costs no extra pass. The prompt is pending at the start, so the first
-pass of a generation is also its prefill. Block ids, which define the block-causal mask, count the
-prompt in chunks of `block_length` from its first token; answer blocks follow.
+cannot see later blocks, and it costs no extra pass. The prompt's whole blocks are pending at the
+start, so the first pass of a generation is also its prefill.
 
 Full-attention families recompute prompt + answer on every pass, with future blocks all masked, as
 LLaDA's and Dream's reference decoders do. Such a pass also yields logits for the next block, returned
@@ -104,27 +111,36 @@ class TargetSession:
     def __init__(self, target: DLMTarget, prompt: Tensor, gen_length: int, block_length: int):
         if prompt.ndim != 1 or prompt.numel() == 0:
             raise UserError("the prompt must be a non-empty sequence of token ids")
-        if block_length <= 0 or gen_length <= 0 or gen_length % block_length:
-            raise UserError(
-                f"gen_length ({gen_length}) must be a positive multiple of block_length ({block_length})"
-            )
+        check_geometry(target.family, gen_length, block_length)
         self.target = target
         self.prompt = prompt
         self.block_length = block_length
-        self.num_blocks = gen_length // block_length
         self.block_index = 0
         self.finished: list[Tensor] = []
         self.nfe = 0
         self.rows = 0
         self._cache: list[KV] | None = None
         self._cache_len = 0
-        self._pending = prompt
-        self._prompt_chunks = -(-prompt.numel() // block_length)
+        if target.family.attention == "block_causal":
+            self.prompt_in_block = prompt.numel() % block_length
+            self._origin = prompt.numel() - self.prompt_in_block
+            self.num_blocks = -(-(prompt.numel() + gen_length) // block_length) - self._origin // block_length
+        else:
+            self.prompt_in_block, self._origin = 0, prompt.numel()
+            self.num_blocks = gen_length // block_length
+        self._pending = prompt[: self._origin]  # block-causal: the prompt's whole blocks, the first pass's prefill
+
+    def first_state(self) -> Tensor:
+        """The first block's state before any commit (on the CPU): the prompt's tokens that share the
+        block (block-causal grid), then masks. Every later block starts all masked."""
+        state = torch.full((self.block_length,), self.target.mask_id, dtype=torch.long)
+        state[: self.prompt_in_block] = self.prompt[self._origin :].cpu()
+        return state
 
     @property
     def block_start(self) -> int:
         """Absolute position of the current block's first token."""
-        return self.prompt.numel() + self.block_index * self.block_length
+        return self._origin + self.block_index * self.block_length
 
     def forward(self, states: Tensor) -> BlockLogits:
         """One target pass over candidate states [N, B] of the current block."""
@@ -148,19 +164,22 @@ class TargetSession:
             None if following[0] is None else torch.cat(following),
         )
 
-    def finish_block(self, final_state: Tensor) -> None:
-        """Record the committed tokens of the current block and move to the next one."""
+    def finish_block(self, final_state: Tensor) -> bool:
+        """Record the committed tokens of the current block and move to the next one; True when the
+        answer is complete (an EOS among the block's answer positions, or the last block)."""
         if (final_state == self.target.mask_id).any():
             raise ValueError("a block can only be finished once every position is committed")
         final_state = final_state.to(self.prompt.device)
+        answer = final_state[self.prompt_in_block if self.block_index == 0 else 0 :]
         self.finished.append(final_state.clone())
         if self.target.family.caches_finished_blocks:
             self._pending = torch.cat([self._pending, final_state])
         self.block_index += 1
+        return bool((answer == self.target.eos_id).any()) or self.block_index == self.num_blocks
 
     def answer(self) -> Tensor:
-        """The committed answer tokens so far (finished blocks only), on the CPU."""
-        return (torch.cat(self.finished) if self.finished else self.prompt[:0]).cpu()
+        """The committed answer tokens so far (finished blocks only, without the prompt's tail), on the CPU."""
+        return (torch.cat(self.finished) if self.finished else self.prompt[:0])[self.prompt_in_block :].cpu()
 
     def _full(self, states: Tensor) -> BlockLogits:
         rows, size = states.shape
@@ -188,7 +207,7 @@ class TargetSession:
         tokens = torch.cat([pending.expand(rows, -1), states], dim=1)
         total = self._cache_len + tokens.shape[1]
         positions = torch.arange(self._cache_len, total, device=states.device)
-        block_ids = self._block_ids(total)
+        block_ids = torch.arange(total, device=states.device) // self.block_length
         attend = block_ids[None, :] <= block_ids[positions][:, None]
         logits, new_kv = self.target.model(tokens, positions, attend, self._cache)
         if pending.numel():
@@ -204,8 +223,12 @@ class TargetSession:
             self._pending = pending[:0]
         return BlockLogits(logits[:, -size:], None)
 
-    def _block_ids(self, total: int) -> Tensor:
-        positions = torch.arange(total, device=self.prompt.device)
-        prompt_len = self.prompt.numel()
-        answer_block = self._prompt_chunks + (positions - prompt_len) // self.block_length
-        return torch.where(positions < prompt_len, positions // self.block_length, answer_block)
+
+def check_geometry(family: FamilySpec, gen_length: int, block_length: int) -> None:
+    """The gen_length a family's published `generate` accepts: any positive length on the absolute
+    block grid, a multiple of the block length where blocks start at the answer."""
+    if block_length <= 0 or gen_length <= 0:
+        raise UserError(f"gen_length ({gen_length}) and block_length ({block_length}) must be positive")
+    if family.attention != "block_causal" and gen_length % block_length:
+        raise UserError(f"gen_length ({gen_length}) must be a multiple of block_length ({block_length}) for "
+                        f"{family.name} targets, whose blocks start at the answer; change one of them")

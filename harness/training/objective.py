@@ -8,9 +8,12 @@ position i-1 (shifted logits).
 
 Block-causal families (SDAR, LLaDA2) use the block-diffusion variant with two streams in one forward
 pass: the clean sequence (block-causal, as the KV cache will hold it at inference) followed by a noisy
-copy of the answer in which each block attends to the clean blocks before it and to itself. Block ids
-follow `TargetSession`: the prompt in chunks of `block_length` from its first token, then answer
-blocks. Every answer block is trained in every sequence, so no signal is wasted on clean prefixes.
+copy of the answer's blocks in which each block attends to the clean blocks before it and to itself.
+Blocks lie on absolute positions from 0, as `TargetSession` and the families' published `generate`
+lay them: the noisy copy starts at the block holding the prompt's last token, whose prompt positions
+stay clean in it. Every answer block is trained in every sequence, so no signal is wasted on clean
+prefixes. The answer is cut at the fixed answer length, so a last block that runs past it is trained
+on its first positions only (decoding of gen_length <= answer length never reads the rest).
 """
 
 from __future__ import annotations
@@ -43,13 +46,6 @@ class Batch:
     weights: Tensor  # [N, L] loss weight per position (1/t / answer length on masked tokens)
 
 
-def _block_ids(prompt_len: int, total: int, block_length: int) -> Tensor:
-    positions = torch.arange(total)
-    chunks = -(-prompt_len // block_length)
-    answer_block = chunks + (positions - prompt_len) // block_length
-    return torch.where(positions < prompt_len, positions // block_length, answer_block)
-
-
 def build_batch(
     examples: list[Example],
     family: FamilySpec,
@@ -79,33 +75,36 @@ def layout_batch(
     two_stream = family.attention == "block_causal"
     answer_len = len(examples[0].answer)
     prompt_max = max(len(e.prompt) for e in examples)
-    length = prompt_max + answer_len * (2 if two_stream else 1)
+    tails = [len(e.prompt) % block_length if two_stream else 0 for e in examples]
+    length = prompt_max + answer_len + (answer_len + max(tails) if two_stream else 0)
     rows = len(examples)
     input_ids = torch.full((rows, length), pad_id, dtype=torch.long)
     positions = torch.zeros((rows, length), dtype=torch.long)
     attend = torch.zeros((rows, 1, length, length), dtype=torch.bool)
     targets = torch.full((rows, length), -100, dtype=torch.long)
     weights = torch.zeros((rows, length))
-    for row, (example, masked, rate) in enumerate(zip(examples, masks, rates)):
+    for row, (example, masked, rate, tail) in enumerate(zip(examples, masks, rates, tails)):
         prompt, answer = torch.tensor(example.prompt), torch.tensor(example.answer)
         clean_len = len(prompt) + answer_len
         noisy = torch.where(masked, mask_id, answer)
         weight = masked.float() / rate / answer_len
         if two_stream:
-            start = clean_len
+            origin = len(prompt) - tail  # the noisy copy: the prompt's tail (clean), then the noisy answer
+            start, end = clean_len, 2 * clean_len - origin
             input_ids[row, :clean_len] = torch.cat([prompt, answer])
-            input_ids[row, start : start + answer_len] = noisy
+            input_ids[row, start:end] = torch.cat([prompt[origin:], noisy])
             clean_pos = torch.arange(clean_len)
             positions[row, :clean_len] = clean_pos
-            positions[row, start : start + answer_len] = clean_pos[len(prompt) :]
-            ids = _block_ids(len(prompt), clean_len, block_length)
-            noisy_ids = ids[len(prompt) :]
+            positions[row, start:end] = clean_pos[origin:]
+            ids = clean_pos // block_length
+            noisy_ids = ids[origin:]
             attend[row, 0, :clean_len, :clean_len] = ids[None, :] <= ids[:, None]
-            noisy_rows = slice(start, start + answer_len)
+            noisy_rows = slice(start, end)
             attend[row, 0, noisy_rows, :clean_len] = ids[None, :] < noisy_ids[:, None]
             attend[row, 0, noisy_rows, noisy_rows] = noisy_ids[None, :] == noisy_ids[:, None]
-            targets[row, noisy_rows] = torch.where(masked, answer, -100)
-            weights[row, noisy_rows] = weight
+            answer_rows = slice(start + tail, end)
+            targets[row, answer_rows] = torch.where(masked, answer, -100)
+            weights[row, answer_rows] = weight
         else:
             input_ids[row, :clean_len] = torch.cat([prompt, noisy])
             positions[row, :clean_len] = torch.arange(clean_len)

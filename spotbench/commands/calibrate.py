@@ -66,14 +66,14 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from harness.results import git_revision
-    from harness.targets.registry import load_target, target_kind
+    from harness.targets.registry import check_lengths_for, load_target, target_kind
     from proposers.registry import PROPOSERS, parse_proposer, spot_sets_folder
     from proposers.spot_sets import (CALIBRATION_FILE, CONFIG_FILE, WEIGHTS_FILE, load_spot_sets, read_meta,
                                      threshold_tau)
     from proposers.spot_sets_collection import SetViews, collect_all
     from harness.training.loop import save_state
     from proposers.spot_sets_training import DATA_FILE, evaluate, fit_calibration
-    from spotbench.commands.calibrate_spiffy import calibration_set, check_lengths, load_prompts, temperatures
+    from spotbench.commands.calibrate_spiffy import calibration_set, load_prompts, temperatures
 
     torch.set_num_threads(1)
     family, argument = parse_proposer(args.proposer)
@@ -89,7 +89,6 @@ def run(args: argparse.Namespace) -> int:
     if sum(count for _, _, count in sources) > MAX_PROMPTS:
         raise UserError(f"--tasks {args.tasks}: at most {MAX_PROMPTS} calibration prompts in all")
     temps = temperatures(args.temperatures)
-    check_lengths(args.gen_length, args.block_length)
     if args.seed < 0:
         raise UserError("--seed must be >= 0")
     out = Path(args.out)
@@ -97,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--out {out} is the checkpoint itself; calibrate into a new folder (it gets a copy)")
     if target_kind(args.model) != "dlm":
         raise UserError(f"model {args.model!r} is autoregressive; SPOT-Sets drafts for diffusion targets")
+    check_lengths_for(args.model, args.gen_length, args.block_length)
     target = load_target(args.model)
     names, prompts = load_prompts(sources, target)
     jobs = [(name, ids, t) for name, ids in zip(names, prompts) for t in temps]

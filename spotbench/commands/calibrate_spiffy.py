@@ -76,11 +76,6 @@ def temperatures(text: str) -> list[float]:
     return values
 
 
-def check_lengths(gen_length: int, block_length: int) -> None:
-    if not (block_length > 0 and gen_length > 0 and gen_length % block_length == 0):
-        raise UserError(f"--gen-length ({gen_length}) must be a positive multiple of --block-length ({block_length})")
-
-
 def load_prompts(sources: list[tuple[str, str, int]], target: DLMTarget) -> tuple[list[str], list[list[int]]]:
     """The calibration prompts (zero-shot, in the target's tokens) and their names, `task/split/index`,
     which provenance records."""
@@ -104,14 +99,14 @@ def run(args: argparse.Namespace) -> int:
     from harness.decoding import parse_rule
     from harness.results import git_revision
     from harness.targets.families import FAMILIES
-    from harness.targets.registry import load_target
+    from harness.targets.registry import check_lengths_for, load_target
     from proposers.spiffy import SpiffyCalibration, calibrate
 
     torch.set_num_threads(1)
     sources = calibration_set(args.tasks)
     temps = temperatures(args.temperatures)
     parse_rule(args.rule, next(iter(FAMILIES.values())), 0)  # a bad rule fails before the model loads
-    check_lengths(args.gen_length, args.block_length)
+    check_lengths_for(args.model, args.gen_length, args.block_length)
     if args.nodes < 1 or args.seed < 0:
         raise UserError("--nodes must be >= 1 and --seed >= 0")
     target = load_target(args.model)

@@ -37,11 +37,12 @@ def test_oracle_commits_budget_plus_one_or_the_rest_of_the_block(family, budget,
     plain = plain_decode(target, PROMPT, cfg)
     spec = speculative_decode(target, PROMPT, build_proposer("oracle", target, plain), cfg, budget)
     assert spec.steps == plain.steps
-    expected, filled = [], 0
-    while filled < 24:
-        left = 8 - filled % 8
-        expected.append(min(budget + 1, left))
-        filled += expected[-1]
+    expected = []
+    for block in plain.blocks(target.mask_id):
+        left = block.end - block.first
+        while left:
+            expected.append(min(budget + 1, left))
+            left -= expected[-1]
     assert spec.pass_commits == expected
     assert spec.metrics.accepted_per_depth == [sum(c > d + 1 for c in expected) for d in range(budget)]
 

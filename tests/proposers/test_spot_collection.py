@@ -21,8 +21,11 @@ def test_collected_trajectory_is_plain_decoding_and_examples_are_consistent(fami
     target = load_target(f"tiny-random:{family}")
     views, positions = collect(target, PROMPT, 16, 8, temperature, 4, SpotConfig(max_depth=5))
     cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, temperature, 4)
-    assert positions == [t.positions[0] for t in plain_decode(target, PROMPT, cfg).steps]
-    blocks = [positions[:8], positions[8:]]
+    plain = plain_decode(target, PROMPT, cfg)
+    assert positions == [t.positions[0] for t in plain.steps]
+    # per block, its committed positions in order: the prompt's tail (absolute block grid) first
+    blocks = [(b.start != target.mask_id).nonzero().squeeze(1).tolist() + positions[b.first : b.end]
+              for b in plain.blocks(target.mask_id)]
     for ages, depth, label in zip(views.ages.long(), views.depth.tolist(), views.label.tolist()):
         made = int((ages != MASKED).sum())
         recent = [int((ages == k).nonzero()) for k in range(min(made, depth + 1))][::-1]
@@ -50,9 +53,10 @@ def test_token_outcomes_compare_the_stale_candidates_with_what_plain_decoding_co
     plain = plain_decode(target, prompt, cfg, keep_logits=True)
     noise = NoiseSource(4, size, target.vocab_size) if temperature > 0 else None
     expected = []
-    for start in range(0, len(plain.steps), size):
-        for j in range(size - 2):
-            for depth in range(min(depths, size - j - 2)):
+    for block in plain.blocks(target.mask_id):
+        start, count = block.first, block.end - block.first
+        for j in range(count - 2):
+            for depth in range(min(depths, count - j - 2)):
                 step = start + j + 1 + depth
                 scores = candidate_scores(plain.pass_logits[start + j], noise(step) if noise else None, temperature)
                 scores[:, target.mask_id] = -torch.inf

@@ -17,7 +17,7 @@ from harness.targets.registry import load_target
 from proposers.spot import MASKED, SpotConfig, SpotNet, save_spot
 from proposers.spot_collection import recipe_jobs
 from proposers.spot_sets import CONFIG_FILE, WEIGHTS_FILE, Calibration, SpotSetsNet, load_spot_sets
-from proposers.spot_sets_collection import NOT_COMMITTED, SetViews, block_spans, collect
+from proposers.spot_sets_collection import NOT_COMMITTED, SetViews, collect
 from proposers.spot_sets_training import SpotSetsRecipe, evaluate, fit_calibration, train
 from tasks.registry import train_prompts
 
@@ -61,10 +61,10 @@ def test_examples_are_the_sets_plain_threshold_decoding_commits(family, temperat
     noise = NoiseSource(4, 8, target.vocab_size) if temperature > 0 else None
     top1 = Rule("top1", rule.mask_id, rule.confidence)
     following = {}  # (block, committed positions) -> the step taken there
-    for block, (first, end) in enumerate(block_spans(plain.steps, 8)):
+    for span in plain.blocks(target.mask_id):
         committed: frozenset[int] = frozenset()
-        for step in range(first, end):
-            following[block, committed] = step
+        for step in range(span.first, span.end):
+            following[span.index, committed] = step
             committed |= set(plain.steps[step].positions)
     assert max(len(t.positions) for t in plain.steps) > 1
     for ages, in_set, token, argmax in zip(views.ages.long(), views.in_set, views.token, views.argmax.tolist()):

@@ -17,7 +17,7 @@ def _recount(target, generation, config) -> tuple[int, int]:
     previous_greedy = None
     block_start_step = 0
     session = target.start(PROMPT, config.gen_length, size)
-    state = torch.full((size,), target.mask_id)
+    state = session.first_state()
     for step, transition in enumerate(generation.steps):
         output = session.forward(state[None])
         scores = output.current[0].clone()
@@ -53,41 +53,91 @@ def test_stale_hit_rate_matches_an_independent_count(family: str, temperature: f
     metrics = generation.metrics
     assert (metrics.stale_hits, metrics.stale_commits) == (hits, commits)
     # block-causal targets have no stale view on the first pass of each block
-    blocks = len(generation.tokens) // config.block_length
+    blocks = len(generation.blocks(target.mask_id))
     expected_commits = len(generation.steps) - (blocks if family == "sdar" else 1)
     assert commits == expected_commits
     assert 0 < hits <= commits
 
 
-def _naive_plain(target, config) -> tuple[list, torch.Tensor, int]:
-    """Plain decoding written out directly from DESIGN.md section 3, one pass per commit, so the one
-    block loop (plain = budget 0) is checked against something it does not share."""
-    size, steps, blocks = config.block_length, [], []
-    session = target.start(PROMPT, config.gen_length, size)
-    for _ in range(config.gen_length // size):
-        state = torch.full((size,), target.mask_id)
-        while bool((state == target.mask_id).any()):
-            logits = session.forward(state[None]).current[0]
+def _naive_plain(target, prompt, config, answer_grid=False) -> tuple[list, torch.Tensor, list]:
+    """Plain decoding written out from the families' published `generate` (docs/checkpoints.md) and
+    DESIGN.md section 3, without the session (no cache, no fused prefill): one full recompute per
+    commit. Block-causal families lay blocks on absolute positions from 0, so the first block holds
+    the prompt's tail, and decode to the end of the block holding answer position gen_length - 1;
+    full-attention families start blocks at the answer, with every later position masked.
+    `answer_grid` starts block-causal blocks at the answer instead (a negative control)."""
+    size, length = config.block_length, len(prompt)
+    block_causal = target.family.attention == "block_causal"
+    origin = length - length % size if block_causal and not answer_grid else length
+    end = origin + -(-(length + config.gen_length - origin) // size) * size
+    shift = 1 if target.family.shifted_logits else 0
+    x = torch.full((end,), target.mask_id)
+    x[:length] = torch.tensor(prompt)
+    positions = torch.arange(end)
+    ids = torch.where(positions < origin, positions // size, -(-origin // size) + (positions - origin) // size)
+    steps, pass_logits = [], []
+    for start in range(origin, end, size):
+        while bool((x[start : start + size] == target.mask_id).any()):
+            seen = start + size if block_causal else end
+            attend = ids[None, :seen] <= ids[:seen, None] if block_causal else None
+            with torch.no_grad():
+                logits, _ = target.model(x[None, :seen], positions[:seen], attend)
+            pass_logits.append(logits[0, start - shift : start + size - shift])
             noise = gumbel(config.seed, len(steps), size, target.vocab_size) if config.temperature else None
-            transition = config.rule(logits, state, noise, config.temperature)
+            transition = config.rule(pass_logits[-1], x[start : start + size], noise, config.temperature)
             steps.append(transition)
-            state = transition.apply(state)
-        session.finish_block(state)
-        blocks.append(state)
-        if bool((state == target.eos_id).any()):
+            x[start : start + size] = transition.apply(x[start : start + size])
+        if bool((x[max(start, length) : start + size] == target.eos_id).any()):
             break
-    return steps, torch.cat(blocks), session.nfe
+    return steps, x[length : start + size], pass_logits
+
+
+def _prompt(length: int) -> list[int]:
+    return [(37 * i + 11) % 200 + 30 for i in range(length)]
 
 
 @pytest.mark.parametrize("family", ["sdar", "llada", "dream", "llada2"])
 @pytest.mark.parametrize("rule", ["top1", "threshold:0.05"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_plain_decoding_is_the_naive_loop(family: str, rule: str, temperature: float) -> None:
-    target = load_target(f"tiny-random:{family}:2")
+    """On prompts of every length mod the block length (float64 row by row, so the cached and the
+    recomputed passes cannot flip a near-tie)."""
+    target = load_target(f"tiny-random:{family}:2").exact()
     config = DecodeConfig(parse_rule(rule, target.family, target.mask_id), 24, 8, temperature, 11)
-    generation = plain_decode(target, PROMPT, config)
-    steps, tokens, nfe = _naive_plain(target, config)
-    assert generation.steps == steps
-    assert torch.equal(generation.tokens, tokens)
-    assert generation.metrics.nfe == nfe == len(steps)
-    assert generation.pass_commits == [1] * len(steps) and len(generation.records) == len(steps)
+    for length in range(9, 17):
+        prompt = _prompt(length)
+        generation = plain_decode(target, prompt, config, keep_logits=True)
+        steps, tokens, pass_logits = _naive_plain(target, prompt, config)
+        assert generation.steps == steps, length
+        assert torch.equal(generation.tokens, tokens)
+        assert max(float((a - b).abs().max()) for a, b in zip(generation.pass_logits, pass_logits)) < 1e-9
+        assert generation.metrics.nfe == len(steps)
+        assert generation.pass_commits == [1] * len(steps) and len(generation.records) == len(steps)
+        grid = length % 8 if target.family.attention == "block_causal" else 0
+        assert generation.first_state[:grid].tolist() == prompt[length - grid :]
+        assert (generation.first_state[grid:] == target.mask_id).all()
+
+
+@pytest.mark.parametrize("family", ["sdar", "llada2"])
+def test_the_block_grid_is_absolute_on_block_causal_targets(family: str) -> None:
+    """Negative control of the naive loop above: blocks that start at the answer give other logits
+    on the first pass of a prompt that ends mid-block; a gen_length that is not a multiple of the
+    block length runs to the end of its block on the absolute grid."""
+    target = load_target(f"tiny-random:{family}:2").exact()
+    config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 13, 8, 0.0, 11)
+    prompt = _prompt(11)
+    generation = plain_decode(target, prompt, config, keep_logits=True)
+    assert len(generation.tokens) in (5, 13, 21)  # blocks end at absolute positions 16, 24 and 32
+    first = generation.pass_logits[0][3:]  # the answer positions of the first block
+    assert float((first - _naive_plain(target, prompt, config)[2][0][3:]).abs().max()) < 1e-9
+    answer_first = _naive_plain(target, prompt, config, answer_grid=True)[2][0][:5]
+    assert float((first - answer_first).abs().max()) > 1e-3
+
+
+def test_an_eos_in_the_prompt_tail_does_not_end_the_answer() -> None:
+    target = load_target("tiny-random:sdar:2")
+    config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, 0.0, 0)
+    prompt = _prompt(10) + [target.eos_id]  # the tail shares the first block with the answer
+    generation = plain_decode(target, prompt, config)
+    assert generation.first_state[2] == target.eos_id and target.eos_id not in generation.tokens.tolist()
+    assert len(generation.tokens) == 21  # to the end of the block holding answer position 15, not 5

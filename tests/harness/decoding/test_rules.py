@@ -157,7 +157,7 @@ def test_the_recorded_decision_gap_is_the_rules_own_and_excludes_the_mask_token(
     target = load_target("tiny-random:sdar:0")
     config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 32, 16, 0.0, 0)
     plain = plain_decode(target, list(b"Q: 3+4=?\nA:"), config, keep_logits=True)
-    state, differs = torch.full((16,), target.mask_id), 0
+    state, differs = plain.first_state, 0
     for step, (transition, record) in enumerate(zip(plain.steps, plain.records)):
         logits = plain.pass_logits[step]
         assert record.decision_gap == pytest.approx(_decided_gap(logits, state, target.mask_id, False), abs=1e-9)

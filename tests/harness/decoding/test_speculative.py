@@ -4,6 +4,7 @@ token in exactness mode, for every family, seed, temperature, rule, budget and p
 from __future__ import annotations
 
 import functools
+import itertools
 
 import pytest
 import torch
@@ -64,15 +65,9 @@ def plain(family: str, prompt: int, kind: str, temperature: float, seed: int, ge
     return plain_decode(exact_target(family), PROMPTS[prompt], cfg)
 
 
-def block_ends(steps, block_length: int) -> list[int]:
+def block_ends(generation: Generation, mask_id: int) -> list[int]:
     """For each step, the index of the step that completes its block."""
-    ends, filled, start = [0] * len(steps), 0, 0
-    for index, transition in enumerate(steps):
-        filled += len(transition.positions)
-        if filled == block_length:
-            ends[start : index + 1] = [index] * (index + 1 - start)
-            filled, start = 0, index + 1
-    return ends
+    return [block.end - 1 for block in generation.blocks(mask_id) for _ in range(block.first, block.end)]
 
 
 def check_accounting(spec: Generation) -> None:
@@ -110,7 +105,7 @@ def test_speculative_equals_plain_in_exactness_mode(
     check_accounting(spec)
     assert spec.metrics.nfe <= reference.metrics.nfe
     if proposer == "oracle":
-        ends = block_ends(reference.steps, cfg.block_length)
+        ends = block_ends(reference, target.mask_id)
         pass_start = 0
         for commits in spec.pass_commits:
             assert commits == min(budget + 1, ends[pass_start] - pass_start + 1)
@@ -192,12 +187,17 @@ def test_stale_view_across_block_boundaries(family):
     cfg = config(family, "top1", 0.0, 0, (16, 8))
     spec = speculative_decode(target, PROMPTS[0], recorder, cfg, 4)
     stale = [r.stale for r in recorder.requests]
-    assert [r.step for r in recorder.requests] == list(range(16))
-    assert stale[0] is None and all(s.shape == (8, target.vocab_size) for s in stale[1:8] + stale[9:])
-    assert (stale[8] is None) == target.family.caches_finished_blocks
+    starts = [block.first for block in spec.blocks(target.mask_id)]
+    assert [r.step for r in recorder.requests] == list(range(len(spec.steps))) and len(starts) > 1
+    assert stale[0] is None
+    for step in range(1, len(stale)):
+        if step in starts and target.family.caches_finished_blocks:
+            assert stale[step] is None
+        else:
+            assert stale[step].shape == (8, target.vocab_size)
     # with nothing drafted, the stale view of pass k + 1 is the plain decoder's logits at step k
     session = target.start(PROMPTS[0], 16, 8)
-    state = torch.full((8,), target.mask_id)
+    state = session.first_state()
     for step in range(3):
         logits = session.forward(state[None]).current[0]
         assert torch.equal(logits, stale[step + 1])
@@ -219,30 +219,35 @@ def test_history_is_the_blocks_commit_order_so_far(family, kind):
     recorder = RecordingChain()
     cfg = config(family, kind, 1.0, 0, (16, 8))
     spec = speculative_decode(target, PROMPTS[0], recorder, cfg, 4)
-    expected, block = {}, []
-    for step, transition in enumerate(spec.steps):
-        expected[step] = tuple(block)
-        block = [] if len(block) + len(transition.positions) == 8 else block + list(transition.positions)
+    expected, prompt_tail = {}, {}  # per step: the block's commits so far, and its prompt positions
+    for block in spec.blocks(target.mask_id):
+        history: list[int] = []
+        for step in range(block.first, block.end):
+            expected[step] = tuple(history)
+            prompt_tail[step] = (block.start != target.mask_id).nonzero().squeeze(1).tolist()
+            history += list(spec.steps[step].positions)
     assert max(spec.pass_commits) > 1 and len(recorder.requests) == len(spec.pass_commits)
+    assert bool(prompt_tail[0]) == target.family.caches_finished_blocks  # the prompt ends mid-block
     for request in recorder.requests:
         assert request.history == expected[request.step]
         committed = (request.root != target.mask_id).nonzero().squeeze(1).tolist()
-        assert sorted(request.history) == committed
+        assert sorted(list(request.history) + prompt_tail[request.step]) == committed
 
 
 @pytest.mark.parametrize("family", ["llada", "sdar"])
 def test_generation_stops_after_the_first_block_with_an_eos(family):
     base = exact_target(family)
     reference = plain(family, 0, "top1", 1.0, 3, (24, 8))
-    eos = int(reference.tokens[11])  # a token committed in the second block
+    ends = list(itertools.accumulate(int((b.start == base.mask_id).sum()) for b in reference.blocks(base.mask_id)))
+    eos = int(reference.tokens[ends[0] + 3])  # a token committed in the second block
     target = DLMTarget(base.model, base.family, base.mask_id, eos, base.tokenizer, rowwise=True)
     cfg = config(family, "top1", 1.0, 3, (24, 8))
-    first_block = 0 if eos in reference.tokens[:8].tolist() else 1
+    first_block = 0 if eos in reference.tokens[: ends[0]].tolist() else 1
     for generation in (
         plain_decode(target, PROMPTS[0], cfg),
         speculative_decode(target, PROMPTS[0], build_proposer("oracle", target, reference), cfg, 6),
     ):
-        assert generation.tokens.numel() == 8 * (first_block + 1)
+        assert generation.tokens.numel() == ends[first_block] < len(reference.tokens)
         ids = generation.tokens.tolist()
         assert generation.answer_ids == ids[: ids.index(eos)]
         assert generation.steps == reference.steps[: len(generation.steps)]

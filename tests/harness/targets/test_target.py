@@ -19,18 +19,13 @@ def _in_dtype(target: DLMTarget, dtype: torch.dtype) -> DLMTarget:
                      target.tokenizer, target.name)
 
 
-def _block_ids(length: int) -> torch.Tensor:
-    """Written from target.py's documented layout: the prompt in chunks of BLOCK from its first
-    token, then one id per answer block."""
-    chunks = -(-len(PROMPT) // BLOCK)
-    positions = torch.arange(length)
-    answer = chunks + (positions - len(PROMPT)) // BLOCK
-    return torch.where(positions < len(PROMPT), positions // BLOCK, answer)
-
-
 def _recompute(target: DLMTarget, finished: list[torch.Tensor], state: torch.Tensor, bidirectional=False):
-    tokens = torch.cat([torch.tensor(PROMPT), *finished, state])
-    ids = _block_ids(tokens.numel())
+    """The block's logits from one pass over everything, on the absolute block grid (block k holds
+    positions [kB, (k+1)B)), without the session's cache: the prompt's whole blocks, the finished
+    blocks (the first one opens with the prompt's tail) and the state."""
+    whole = len(PROMPT) - len(PROMPT) % BLOCK
+    tokens = torch.cat([torch.tensor(PROMPT[:whole]), *finished, state])
+    ids = torch.arange(tokens.numel()) // BLOCK
     attend = None if bidirectional else ids[None, :] <= ids[:, None]
     logits, _ = target.model(tokens[None], torch.arange(tokens.numel()), attend)
     return logits[0, -BLOCK:]
@@ -44,10 +39,11 @@ def test_cached_block_passes_equal_full_recompute(family, dtype, tolerance):
     gen = torch.Generator().manual_seed(0)
     finished: list[torch.Tensor] = []
     worst = scale = 0.0
+    assert session.first_state()[: len(PROMPT) % BLOCK].tolist() == PROMPT[-(len(PROMPT) % BLOCK) :]
     for block in range(BLOCKS):
-        masks = torch.full((BLOCK,), target.mask_id)
+        masks = session.first_state() if block == 0 else torch.full((BLOCK,), target.mask_id)
         partial = masks.clone()
-        partial[:2] = torch.randint(0, 256, (2,), generator=gen)
+        partial[(masks == target.mask_id).nonzero()[:1, 0]] = torch.randint(0, 256, (1,), generator=gen)
         for states in (torch.stack([masks, partial]), partial[None]):
             with torch.no_grad():
                 got = session.forward(states).current
@@ -58,7 +54,7 @@ def test_cached_block_passes_equal_full_recompute(family, dtype, tolerance):
                     if block == 0 and row == 0:  # negative control: the prompt must not see the block
                         leaky = _recompute(target, finished, state, bidirectional=True)
                         assert (got[row] - leaky).abs().max() > 1e-3
-        final = torch.randint(0, 256, (BLOCK,), generator=gen)
+        final = torch.where(masks == target.mask_id, torch.randint(0, 256, (BLOCK,), generator=gen), masks)
         session.finish_block(final)
         finished.append(final)
     print(f"{family} {dtype}: cached vs recomputed max diff {worst:.2e} (max |logit| {scale:.1f})")

@@ -42,7 +42,8 @@ def test_table_output(capsys):
         (["--temperature", "inf"], "temperature"),
         (["--near-tie", "nan"], "--near-tie"),
         (["--temperature", "-1"], "temperature"),
-        (["--gen-length", "20", "--block-length", "8"], "multiple"),
+        (["--model", "tiny-random:llada", "--gen-length", "20", "--block-length", "8"],
+         "must be a multiple of block_length (8) for llada targets"),
         (["--model", "tiny-random:gpt"], "tiny-random:gpt"),
     ],
 )
@@ -50,6 +51,13 @@ def test_bad_input_is_one_line_and_exit_2(capsys, extra, message):
     assert main(["decode", "--prompt", "hi", *SMALL, *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_block_causal_targets_take_any_gen_length(capsys):
+    """Their blocks lie on the absolute grid (docs/checkpoints.md): decoding runs to the end of the
+    block that holds the last asked-for position."""
+    assert main(["decode", "--prompt", "hi", *SMALL, "--gen-length", "20", "--block-length", "8", "--json"]) == 0
+    assert "exact" in capsys.readouterr().out
 
 
 def test_missing_or_empty_prompts_file(capsys, tmp_path):

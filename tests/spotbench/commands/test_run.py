@@ -40,7 +40,7 @@ def test_flags_override_the_file_and_lists_are_typed(tmp_path) -> None:
     (["--tasks", "nope"], "unknown task 'nope'"),
     (["--rules", "median"], "unknown rule 'median'"),
     (["--budgets", "-1"], "--budgets must be a whole number >= 0 or auto, got -1"),
-    (["--gen-length", "20"], "must be a positive multiple"),
+    (["--models", "tiny-random:llada", "--gen-length", "20"], "must be a multiple of block_length (8) for llada"),
     (["--address", "127.0.0.1:1"], "no Ray cluster at --address 127.0.0.1:1"),
     (["--address", "head-node"], "--address head-node is not host:port"),
 ])
