@@ -310,9 +310,30 @@ class SpotNet(nn.Module):
         x = torch.cat([static, candidate, scalars[:, None].expand(n, size, 2), node], -1)
         h = self.project(x) if extra is None else self.project(x) + extra
         h = h + self.age((ages + 1).clamp_max(self.config.max_age + 1))
-        h = self.norm(self.encoder(h))
+        h = self.norm(self.run_encoder(h))
         logits = self.head(h).squeeze(-1) + self.confidence_weight * node[..., 0] * GAP_SCALE
         return h, logits.masked_fill(ages != MASKED, -math.inf).log_softmax(-1)
+
+
+    def run_encoder(self, h: Tensor) -> Tensor:
+        """`self.encoder(h)`; in inference, its layers' fused kernel called directly.
+
+        Why: there `nn.TransformerEncoder` runs `torch._transformer_encoder_layer_fwd` per layer after
+        Python checks that cost about a tenth of a tree search's network time on one CPU thread. The
+        conditions below are the ones under which it takes that fast path (the others hold for
+        every SpotNet), so the kernels and the result are the same."""
+        if self.training or torch.is_grad_enabled() or torch.is_autocast_enabled() \
+                or not torch.backends.mha.get_fastpath_enabled():
+            return self.encoder(h)
+        for layer in self.encoder.layers:
+            attention = layer.self_attn
+            h = torch._transformer_encoder_layer_fwd(
+                h, attention.embed_dim, attention.num_heads, attention.in_proj_weight, attention.in_proj_bias,
+                attention.out_proj.weight, attention.out_proj.bias, layer.activation_relu_or_gelu == 2,
+                layer.norm_first, layer.norm1.eps, layer.norm1.weight, layer.norm1.bias, layer.norm2.weight,
+                layer.norm2.bias, layer.linear1.weight, layer.linear1.bias, layer.linear2.weight,
+                layer.linear2.bias, None, None)
+        return h
 
 
 def joint_logp(position_logp: Tensor, token_logp: Tensor) -> Tensor:
