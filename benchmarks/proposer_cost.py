@@ -10,20 +10,28 @@ every request, alternating which goes first; `same` counts the drafted passes wh
 identical (the batched tree drives the decode). Passes include the first pass of each block, where a
 block-causal target has no stale view and nothing is drafted.
 
+With `--before REV`, SPOT's network and search as of revision REV (proposers/spot.py, spot_tree.py
+and, where it exists, spot_kernels.py, compiled apart; the network built from that revision's class
+with the same weights) run on the same requests too, timed as `before` at the first lookahead, and
+`same` also requires their trees to equal this checkout's.
+
 Clocks: `cpu` (default) is the process's CPU time, which other jobs on a shared machine disturb
 less than wall time (still by some 20% when its cores are oversubscribed); `wall` is what
 `Metrics.proposer_s` and `target_s` measure. The coupled noise is drawn before the timers: it is the
 decoding loop's cost, shared with the verifier.
 
     python benchmarks/proposer_cost.py [--targets sdar-a,sdar-b,llada-a,dream-a] [--budgets 2,4,8,16]
-        [--temperatures 0,1] [--limit 2] [--lookaheads 3] [--clock cpu]
+        [--temperatures 0,1] [--limit 2] [--lookaheads 3] [--clock cpu] [--before REV]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import subprocess
+import sys
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +57,38 @@ def load_reference() -> Callable[[SpotNet, DraftRequest], DraftTree]:
     return module.reference_tree
 
 
+SEARCH_MODULES = ("spot_kernels", "spot", "spot_tree")
+"""The modules of SPOT's network and search that `--before` loads from another revision, in import order."""
+
+
+def search_at(revision: str, net: SpotNet) -> Callable[[DraftRequest, int], DraftTree]:
+    """The tree search of `revision` on a network of that revision's class with `net`'s weights:
+    its SPOT modules compiled apart, everything else (rules, tree types) from this checkout."""
+    root = Path(__file__).resolve().parents[1]
+    loaded: dict[str, types.ModuleType] = {}
+    saved = {name: sys.modules.get(f"proposers.{name}") for name in SEARCH_MODULES}
+    try:
+        for name in SEARCH_MODULES:
+            shown = subprocess.run(["git", "show", f"{revision}:proposers/{name}.py"], cwd=root,
+                                   capture_output=True, text=True)
+            if shown.returncode:
+                continue  # not in that revision
+            module = types.ModuleType(f"proposers.{name}")
+            sys.modules[f"proposers.{name}"] = module  # later modules import this revision's
+            exec(compile(shown.stdout, f"{revision}:proposers/{name}.py", "exec"), module.__dict__)
+            loaded[name] = module
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(f"proposers.{name}", None)
+            else:
+                sys.modules[f"proposers.{name}"] = module
+    old_net = loaded["spot"].SpotNet(loaded["spot"].SpotConfig(**vars(net.config)))
+    old_net.load_state_dict(net.state_dict())
+    old_net.eval()
+    return lambda request, lookahead: loaded["spot_tree"].grow(old_net, request, lookahead)[0]
+
+
 @dataclass
 class Tally:
     clock: Callable[[], float]
@@ -57,6 +97,7 @@ class Tally:
     same: int = 0
     target_s: float = 0.0
     old_s: float = 0.0
+    before_s: float = 0.0
     new_s: dict[int, float] = field(default_factory=dict)
     calls: dict[int, int] = field(default_factory=dict)
     rows: dict[int, int] = field(default_factory=dict)
@@ -93,8 +134,9 @@ class SideBySide:
     """A proposer that runs the batched search (each lookahead) and the batch-1 search on every
     request, times each, and drafts the batched tree."""
 
-    def __init__(self, net: SpotNet, lookaheads: list[int], reference, tally: Tally):
+    def __init__(self, net: SpotNet, lookaheads: list[int], reference, tally: Tally, before=None):
         self.net, self.lookaheads, self.reference, self.tally = net, lookaheads, reference, tally
+        self.before = before
 
     @torch.no_grad()
     def propose(self, request: DraftRequest) -> DraftTree:
@@ -106,12 +148,16 @@ class SideBySide:
             for depth in range(request.budget + 1):
                 request.noise(request.step + depth)
         trees = {}
-        arms = [*self.lookaheads, None] if tally.passes % 2 else [None, *self.lookaheads]
-        for lookahead in arms:
+        arms = [*self.lookaheads, None] + (["before"] if self.before else [])
+        for lookahead in arms if tally.passes % 2 else arms[::-1]:
             start = clock()
             if lookahead is None:
                 trees[None] = self.reference(self.net, request)
                 tally.old_s += clock() - start
+                continue
+            if lookahead == "before":
+                trees["before"] = self.before(request, self.lookaheads[0])
+                tally.before_s += clock() - start
                 continue
             trees[lookahead], inputs = grow(self.net, request, lookahead)
             tally.new_s[lookahead] = tally.new_s.get(lookahead, 0.0) + clock() - start
@@ -135,15 +181,18 @@ def main() -> None:
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--before", metavar="REV", help="also time SPOT's network and search at this revision")
     args = parser.parse_args()
     torch.set_num_threads(1)
     lookaheads = [int(x) for x in args.lookaheads.split(",")]
     reference, net = load_reference(), zoo_spot()
+    before = search_at(args.before, net) if args.before else None
     print(f"SPOT proposer cost per speculative pass ({args.clock} ms), gen {args.gen_length}, block "
           f"{args.block_length}, {args.limit} test prompts of each of {args.tasks}, seed {args.seed}, 1 thread")
     new_head = " ".join(f"{'new@' + str(n):>7s} {'ratio':>5s} {'calls':>5s} {'rows':>5s}" for n in lookaheads)
+    before_head = f"{'before':>7s} {'ratio':>5s} " if before else ""
     print(f"{'target':8s} {'T':>3s} {'budget':>6s} {'passes':>6s} {'target':>7s} {'old':>7s} {'ratio':>5s} "
-          f"{new_head} {'same':>9s}")
+          f"{before_head}{new_head} {'same':>9s}")
     for name in args.targets.split(","):
         target = load_target(name)
         rule = parse_rule("top1", target.family, target.mask_id)
@@ -156,15 +205,16 @@ def main() -> None:
             for budget in [int(b) for b in args.budgets.split(",")]:
                 tally = Tally(CLOCKS[args.clock])
                 for ids in prompts:
-                    speculative_decode(TimedTarget(target, tally), ids, SideBySide(net, lookaheads, reference, tally),
-                                       config, budget)
+                    speculative_decode(TimedTarget(target, tally), ids,
+                                       SideBySide(net, lookaheads, reference, tally, before), config, budget)
                 ms = 1e3 / tally.passes
                 target_ms = tally.target_s * ms
                 cells = " ".join(
                     f"{tally.new_s[n] * ms:7.2f} {tally.new_s[n] * ms / target_ms:5.2f} "
                     f"{tally.calls[n] / tally.passes:5.2f} {tally.rows[n] / tally.passes:5.2f}" for n in lookaheads)
+                before_cells = f"{tally.before_s * ms:7.2f} {tally.before_s * ms / target_ms:5.2f} " if before else ""
                 print(f"{name:8s} {temperature:3g} {budget:6d} {tally.passes:6d} {target_ms:7.2f} "
-                      f"{tally.old_s * ms:7.2f} {tally.old_s * ms / target_ms:5.2f} {cells} "
+                      f"{tally.old_s * ms:7.2f} {tally.old_s * ms / target_ms:5.2f} {before_cells}{cells} "
                       f"{tally.same:4d}/{tally.drafted:<4d}", flush=True)
 
 

@@ -42,6 +42,7 @@ from harness.decoding import DraftRequest, DraftTree
 from harness.decoding.rules import Rule, candidate_scores, greedy_tokens
 from harness.targets.zoo import ZOO_DIR
 from proposers.confidence import ConfidenceProposer
+from proposers.spot_kernels import encoder_layers, fused_path
 
 TOP_K = 8
 STATIC_FEATURES = TOP_K + 3
@@ -244,24 +245,32 @@ def node_features(candidate: Tensor, ages: Tensor, depth: Tensor) -> Tensor:
     the block still masked, left / right neighbour committed (the block's left edge counts as
     committed), leftmost masked, adjacent to the latest commit, signed offsets from the latest and
     the second latest commit, and committed after the stale view was computed (age <= depth).
+
+    Written into one tensor with few operations: on a CPU thread the per-operation overhead is
+    most of its time (it runs once per network call of the tree search).
     """
-    masked = ages == MASKED
-    score = candidate[..., CONFIDENCE].masked_fill(~masked, -math.inf)
-    rank = (score[..., None, :] > score[..., :, None]).sum(-1).clamp_max(7).masked_fill(~masked, 7)
-    committed = ~masked
-    left = nn.functional.pad(committed, (1, 0), value=True)[..., :-1]
-    right = nn.functional.pad(committed, (0, 1), value=False)[..., 1:]
-    leftmost = masked & (masked.cumsum(-1) == 1)
-    positions = torch.arange(ages.shape[-1], device=ages.device)
-    latest = _offset_to(positions, ages == 0)
-    fraction = masked.float().mean(-1, keepdim=True).expand_as(latest)
-    unseen = committed & (ages <= depth[:, None])
-    return torch.stack([
-        gap_to_best(candidate[..., CONFIDENCE], masked) / GAP_SCALE,
-        gap_to_best(candidate[..., LOG_ODDS], masked) / GAP_SCALE,
-        (rank == 0).float(), rank / 7, fraction, left.float(), right.float(), leftmost.float(),
-        (latest.abs() * OFFSET_SCALE == 1).float(), latest, _offset_to(positions, ages == 1), unseen.float(),
-    ], -1)
+    committed = ages != MASKED
+    masked = ~committed
+    out = candidate.new_empty(*ages.shape, NODE_FEATURES)
+    scores = candidate[..., [CONFIDENCE, LOG_ODDS]].masked_fill_(committed[..., None], -math.inf)
+    gaps = (scores - scores.amax(-2, keepdim=True)).nan_to_num_(0.0).clamp_min_(-GAP_SCALE)  # `gap_to_best`
+    torch.div(gaps.masked_fill_(committed[..., None], 0.0), GAP_SCALE, out=out[..., :2])
+    score = scores[..., 0]
+    rank = (score[..., None, :] > score[..., :, None]).sum(-1).clamp_max_(7).masked_fill_(committed, 7)
+    out[..., 2] = rank == 0
+    torch.div(rank, 7, out=out[..., 3])
+    out[..., 4] = masked.float().mean(-1, keepdim=True)
+    out[..., 0, 5] = 1.0
+    out[..., 1:, 5] = committed[..., :-1]
+    out[..., -1, 6] = 0.0
+    out[..., :-1, 6] = committed[..., 1:]
+    out[..., 7] = masked & (masked.cumsum(-1) == 1)
+    marked = torch.stack([ages == 0, ages == 1], -2)  # [N, 2, B]: the latest and the second latest commit
+    offsets = _offset_to(torch.arange(ages.shape[-1], device=ages.device), marked)
+    out[..., 8] = offsets[..., 0, :].abs() * OFFSET_SCALE == 1
+    out[..., 9:11] = offsets.transpose(-1, -2)
+    out[..., 11] = committed & (ages <= depth[:, None])
+    return out
 
 
 class SpotNet(nn.Module):
@@ -292,48 +301,35 @@ class SpotNet(nn.Module):
         self.token_head = nn.Linear(config.width, 3)
         self.confidence_weight = nn.Parameter(torch.tensor(1.0))
 
-    def forward(self, static: Tensor, candidate: Tensor, ages: Tensor, depth: Tensor, temperature: Tensor
-                ) -> tuple[Tensor, Tensor]:
+    def forward(self, static: Tensor, candidate: Tensor, ages: Tensor, depth: Tensor, temperature: Tensor,
+                masked_only: bool = False) -> tuple[Tensor, Tensor]:
         """static [N, B, S], candidate [N, B, C], ages [N, B], depth [N], temperature [N]
         -> [N, B] log-probabilities of the next committed position (-inf where not masked), and
-        [N, B, 3] log-probabilities of TOP / RUNNER_UP / NEITHER at each position."""
-        h, position = self.encode(static, candidate, ages, depth, temperature)
+        [N, B, 3] log-probabilities of TOP / RUNNER_UP / NEITHER at each position; with
+        `masked_only`, the token head's output at committed positions is unspecified (the tree
+        search reads only masked ones, and skips work for the others: proposers/spot_kernels.py)."""
+        h, position = self.encode(static, candidate, ages, depth, temperature, masked_only=masked_only)
         return position, self.token_head(h).log_softmax(-1)
 
     def encode(self, static: Tensor, candidate: Tensor, ages: Tensor, depth: Tensor, temperature: Tensor,
-               extra: Tensor | None = None) -> tuple[Tensor, Tensor]:
+               extra: Tensor | None = None, masked_only: bool = False) -> tuple[Tensor, Tensor]:
         """The encoder's output [N, B, width] and the position head's log-probabilities [N, B];
-        `extra` [N, B, width] is added to the input projection (SPOT-Sets' tau features)."""
+        `extra` [N, B, width] is added to the input projection (SPOT-Sets' tau features). In
+        inference the encoder's fused kernels are called directly (`encoder_layers`, same values),
+        and with `masked_only` its output is unspecified at committed positions."""
         n, size = ages.shape
         scalars = torch.stack([depth.float() / self.config.max_depth, temperature.float()], -1)
         node = node_features(candidate, ages, depth)
         x = torch.cat([static, candidate, scalars[:, None].expand(n, size, 2), node], -1)
         h = self.project(x) if extra is None else self.project(x) + extra
         h = h + self.age((ages + 1).clamp_max(self.config.max_age + 1))
-        h = self.norm(self.run_encoder(h))
+        if self.training or not fused_path():
+            h = self.encoder(h)
+        else:
+            h = encoder_layers(self.encoder, h, ages == MASKED if masked_only else None)
+        h = self.norm(h)
         logits = self.head(h).squeeze(-1) + self.confidence_weight * node[..., 0] * GAP_SCALE
         return h, logits.masked_fill(ages != MASKED, -math.inf).log_softmax(-1)
-
-
-    def run_encoder(self, h: Tensor) -> Tensor:
-        """`self.encoder(h)`; in inference, its layers' fused kernel called directly.
-
-        Why: there `nn.TransformerEncoder` runs `torch._transformer_encoder_layer_fwd` per layer after
-        Python checks that cost about a tenth of a tree search's network time on one CPU thread. The
-        conditions below are the ones under which it takes that fast path (the others hold for
-        every SpotNet), so the kernels and the result are the same."""
-        if self.training or torch.is_grad_enabled() or torch.is_autocast_enabled() \
-                or not torch.backends.mha.get_fastpath_enabled():
-            return self.encoder(h)
-        for layer in self.encoder.layers:
-            attention = layer.self_attn
-            h = torch._transformer_encoder_layer_fwd(
-                h, attention.embed_dim, attention.num_heads, attention.in_proj_weight, attention.in_proj_bias,
-                attention.out_proj.weight, attention.out_proj.bias, layer.activation_relu_or_gelu == 2,
-                layer.norm_first, layer.norm1.eps, layer.norm1.weight, layer.norm1.bias, layer.norm2.weight,
-                layer.norm2.bias, layer.linear1.weight, layer.linear1.bias, layer.linear2.weight,
-                layer.linear2.bias, None, None)
-        return h
 
 
 def joint_logp(position_logp: Tensor, token_logp: Tensor) -> Tensor:
@@ -357,8 +353,8 @@ class SpotEnsemble(nn.Module):
         self.nets = nn.ModuleList(nets)
         self.config = nets[0].config
 
-    def forward(self, *inputs: Tensor) -> tuple[Tensor, Tensor]:
-        positions, tokens = zip(*(net(*inputs) for net in self.nets))
+    def forward(self, *inputs: Tensor, masked_only: bool = False) -> tuple[Tensor, Tensor]:
+        positions, tokens = zip(*(net(*inputs, masked_only=masked_only) for net in self.nets))
         log_count = math.log(len(self.nets))
         position = torch.stack(positions).logsumexp(0) - log_count
         joint = torch.stack([joint_logp(p, t) for p, t in zip(positions, tokens)]).logsumexp(0) - log_count

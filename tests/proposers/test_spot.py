@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import json
 import math
+import random
 
 import pytest
 import torch
@@ -39,7 +40,9 @@ from proposers.spot import (
     root_ages,
     save_spot,
     static_features,
+    zoo_spot,
 )
+from proposers.spot_kernels import MIN_ROWS, encoder_layers
 
 PROMPTS = [list(b"Q: 2+2=?\nA:"), list(b"The quick brown fox")]
 
@@ -242,6 +245,90 @@ def test_node_features_by_hand():
     assert at_root[:, 11].tolist() == [0, 0, 0, 1, 0, 0]
     nothing = node_features(candidate, torch.full((1, 6), MASKED), torch.tensor([0]))[0]
     assert nothing[:, 8:].abs().sum() == 0  # no commit yet: no offsets
+
+
+def plain_node_features(candidate: torch.Tensor, ages: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
+    """`node_features` feature by feature, one stacked tensor (its definition before it was written
+    into one tensor for speed): the reference its values must equal bit for bit."""
+    masked, committed = ages == MASKED, ages != MASKED
+    score = candidate[..., 0].masked_fill(committed, -math.inf)
+    rank = (score[..., None, :] > score[..., :, None]).sum(-1).clamp_max(7).masked_fill(committed, 7)
+    positions = torch.arange(ages.shape[-1])
+
+    def offset_to(marked):
+        where = marked.float().argmax(-1, keepdim=True)
+        return (positions - where).clamp(-8, 8) / 8 * marked.any(-1, keepdim=True)
+
+    def gap(column):
+        s = candidate[..., column].masked_fill(committed, -math.inf)
+        return (s - s.max(-1, keepdim=True).values).nan_to_num(0.0).clamp_min(-GAP_SCALE).masked_fill(committed, 0.0)
+
+    latest = offset_to(ages == 0)
+    return torch.stack([
+        gap(0) / GAP_SCALE, gap(3) / GAP_SCALE, (rank == 0).float(), rank / 7,
+        masked.float().mean(-1, keepdim=True).expand_as(latest),
+        torch.nn.functional.pad(committed, (1, 0), value=True)[..., :-1].float(),
+        torch.nn.functional.pad(committed, (0, 1), value=False)[..., 1:].float(),
+        (masked & (masked.cumsum(-1) == 1)).float(), (latest.abs() * 8 == 1).float(), latest,
+        offset_to(ages == 1), (committed & (ages <= depth[:, None])).float(),
+    ], -1)
+
+
+def random_nodes(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random candidate features (some tied, some at the floor), ages of a random branch and depths."""
+    rng = random.Random(seed)
+    n, size = rng.randint(1, 6), rng.choice([1, 2, 3, 4, 5, 8, 16, 32])
+    candidate = torch.randn(n, size, CANDIDATE_FEATURES, generator=torch.Generator().manual_seed(seed))
+    candidate = candidate.round() if seed % 3 == 0 else candidate * rng.choice([0.1, 1.0, 10.0])
+    candidate[:, : seed % 3, 0] = LOG_FLOOR
+    ages = torch.full((n, size), MASKED)
+    for row in range(n):
+        for age, position in enumerate(rng.sample(range(size), rng.randint(0, size))):
+            ages[row, position] = age if rng.random() < 0.7 else 16
+    return candidate, ages, torch.tensor([rng.randint(0, 16) for _ in range(n)])
+
+
+def test_node_features_equal_the_plain_definition_bit_for_bit():
+    for seed in range(300):
+        candidate, ages, depth = random_nodes(seed)
+        expected = plain_node_features(candidate, ages, depth).view(torch.int32)
+        assert torch.equal(node_features(candidate, ages, depth).view(torch.int32), expected), f"seed {seed}"
+    # Negative control: the comparison sees a one-ulp change of an input.
+    candidate = torch.tensor([[0.0, -1.0, -2.0, -3.0]])[..., None].expand(1, 4, CANDIDATE_FEATURES).clone()
+    ages, depth = torch.full((1, 4), MASKED), torch.tensor([0])
+    expected = plain_node_features(candidate, ages, depth).view(torch.int32)
+    candidate[0, 1, 0] = torch.nextafter(candidate[0, 1, 0], torch.tensor(0.0))
+    assert not torch.equal(node_features(candidate, ages, depth).view(torch.int32), expected)
+
+
+@pytest.mark.parametrize("name", ["random", "zoo", "ensemble"])
+def test_the_searchs_forward_is_the_module_forward_bit_for_bit(name):
+    # SpotNet in inference calls the encoder's fused kernels itself, and with `masked_only` skips
+    # the last layer's rows of committed positions; what the search reads (positions everywhere,
+    # tokens where masked) must be what the training-time module computes, on every shape.
+    net = {"random": random_net(), "zoo": zoo_spot(), "ensemble": SpotEnsemble([random_net(1), random_net(2)])}[name]
+    skipped = 0
+    for seed in range(60):
+        candidate, ages, depth = random_nodes(seed)
+        n, size = ages.shape
+        inputs = (torch.rand(1, size, STATIC_FEATURES).expand(n, -1, -1), candidate, ages, depth, torch.rand(n))
+        with torch.no_grad():
+            torch.backends.mha.set_fastpath_enabled(False)
+            try:
+                expected = net(*inputs)  # nn.TransformerEncoder's layer by layer path
+            finally:
+                torch.backends.mha.set_fastpath_enabled(True)
+            module = (net.nets[0] if name == "ensemble" else net).encoder
+            h = torch.randn(n, size, module.layers[0].linear1.in_features)
+            assert torch.equal(module(h), encoder_layers(module, h))
+        with torch.inference_mode():
+            full, masked_only = net(*inputs), net(*inputs, masked_only=True)
+        masked = ages == MASKED
+        assert torch.allclose(full[0], expected[0], atol=1e-5, equal_nan=True)
+        bits = [(position.view(torch.int32), token[masked].view(torch.int32)) for position, token in (full, masked_only)]
+        assert torch.equal(bits[0][0], bits[1][0]) and torch.equal(bits[0][1], bits[1][1])
+        skipped += int(masked.sum()) >= MIN_ROWS and not masked.all()
+    assert skipped > 10
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
