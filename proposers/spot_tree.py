@@ -19,7 +19,10 @@ how its network outputs are obtained:
   expects to expand next (`plan`): up to `lookahead` rows in one call. The stand-in scores a node
   that has no output yet with its nearest evaluated ancestor's output, renormalized over the
   positions still masked (the network's ranking rarely changes much after one commit). A wrong
-  guess only costs its row: the tree reads only real outputs.
+  guess only costs its row: the tree reads only real outputs;
+- the network skips the work for outputs the search never reads (`masked_only`: the last layer's
+  feed-forward rows of committed positions, proposers/spot_kernels.py); what it reads equals the
+  module's output bit for bit (tests/proposers/test_spot.py checks it on this machine's BLAS).
 Batched rows can differ from a batch-1 call in the last float bits, so a near-tie between two
 frontier entries (within ~1e-6) can be ordered otherwise than by batch-1 calls; lookahead 1 calls
 the network exactly as the batch-1 search did.
