@@ -39,7 +39,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from harness.decoding import DraftRequest, DraftTree
-from harness.decoding.rules import Rule, candidate_scores, greedy_tokens
+from harness.decoding.rules import Rule, candidate_scores, greedy_tokens, without_mask
 from harness.targets.zoo import ZOO_DIR
 from proposers.confidence import ConfidenceProposer
 from proposers.spot_kernels import encoder_layers, fused_path
@@ -161,8 +161,9 @@ def candidates(view: StaleView, noise: Tensor | None, rule: Rule) -> Candidates:
     if rule.confidence not in SUPPORTED_CONFIDENCE:
         raise ValueError(f"SPOT features need a probability confidence, not {rule.confidence!r}")
     scores = candidate_scores(view.logits, noise, view.temperature)
-    tokens = greedy_tokens(scores, rule.mask_id)
-    runner_up = greedy_tokens(scores.scatter(-1, tokens[:, None], -math.inf), rule.mask_id)
+    ranked = without_mask(scores, rule.mask_id)  # `greedy_tokens` twice, on one copy of the scores
+    tokens = ranked.max(-1).indices
+    runner_up = ranked.scatter_(-1, tokens[:, None], -math.inf).max(-1).indices
     margin = (scores.gather(-1, tokens[:, None]) - scores.gather(-1, runner_up[:, None])).squeeze(1)
     plain = view.plain_logp.gather(-1, tokens[:, None]).squeeze(1)
     tempered = view.tempered_logp.gather(-1, tokens[:, None]).squeeze(1)
