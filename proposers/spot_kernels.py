@@ -4,16 +4,20 @@ Why: SPOT's tree search calls its network a few times per target pass with a few
 CPU thread that network costs about as much as the tiny zoo targets' pass (docs/throughput.md).
 Two costs there are not the network's arithmetic:
 - `nn.TransformerEncoder` in inference runs each layer's fused kernel
-  (`torch._transformer_encoder_layer_fwd`) after Python checks that cost about a tenth of the
-  network's time per call; `encoder_layers` calls that kernel directly, under the same conditions;
+  (`torch._transformer_encoder_layer_fwd`) after Python checks that cost 0.1-0.2 ms per call of 1-4
+  rows of 32 positions (a tenth to a quarter of the encoder's time on one CPU thread);
+  `encoder_layers` calls that kernel directly, under the same conditions (no hooks are attached to
+  SpotNet's layers);
 - the search reads the network's outputs only at masked positions (the position head is -inf at
   committed ones, and children are masked positions), yet the last layer's feed-forward block runs
   at every position. `last_layer_rows` runs it (and the attention's output projection) only on the
   rows asked for; the attention itself still reads every position.
 
 Both give the fused kernel's values bit for bit: the same operations in the same order, and the
-matrix products of the row subset have at least `MIN_ROWS` rows (with fewer, the CPU's BLAS picks
-other kernels whose last bits differ; tests/proposers/test_spot.py compares on many shapes).
+matrix products of the row subset have at least `MIN_ROWS` rows (with fewer, MKL on this project's
+CPU picks other kernels whose last bits differ; tests/proposers/test_spot.py compares on many
+shapes). Another BLAS or device may round a subset otherwise, as batching rows already can
+(proposers/spot_tree.py): a near-tie within ~1e-6 could then order two frontier entries otherwise.
 """
 
 from __future__ import annotations
