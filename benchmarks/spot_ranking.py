@@ -8,7 +8,7 @@ checkpoint beside the confidence rule's (the rule simulated on the stale view), 
 tree depth. A checkpoint that learned its training target's own order shows up here as a ratio below
 1 on the other targets, before any speculative decoding is run.
 
-    python benchmarks/spot_ranking.py [--checkpoint zoo/proposers/spot-sdar-a-more-data-averaged] [--prompts 40]
+    python benchmarks/spot_ranking.py [--checkpoint zoo/proposers/spot-sdar-a-grid] [--prompts 40]
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def rankings(net: SpotNet, data: dict) -> tuple[torch.Tensor, torch.Tensor, torc
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", default="zoo/proposers/spot-sdar-a-more-data-averaged")
+    parser.add_argument("--checkpoint", default="zoo/proposers/spot-sdar-a-grid")
     parser.add_argument("--targets", default="sdar-a,sdar-b,llada-a,dream-a")
     parser.add_argument("--start", type=int, default=300, help="first arith train prompt")
     parser.add_argument("--prompts", type=int, default=40)

@@ -69,8 +69,9 @@ CONFIDENCE, LOG_ODDS = 0, 3
 LOG_FLOOR = -30.0
 WEIGHTS_FILE = "spot.safetensors"
 CONFIG_FILE = "spot.json"
-DEFAULT_CHECKPOINT = "spot-sdar-a-more-data-averaged"
-"""The registry's `spot`: the zoo checkpoint trained on sdar-a (zoo/proposers/, docs/spot.md)."""
+DEFAULT_CHECKPOINT = "spot-sdar-a-grid"
+"""The registry's `spot`: the zoo checkpoint trained on sdar-a, last on its absolute block grid
+(zoo/proposers/, docs/spot.md)."""
 SUPPORTED_CONFIDENCE = ("prob", "tempered_prob")
 """Conventions whose log-confidence is a candidate log-probability (every zoo and published family)."""
 DEFAULT_LOOKAHEAD = 3
