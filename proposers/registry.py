@@ -109,9 +109,9 @@ def check_spot_sets_rule(argument: str | None, rule: str) -> None:
     name, how = spec_name("spot-sets", argument), "calibrated" if calibration else "trained"
     if spot_sets.threshold_tau(rule) is None:
         raise UserError(f"{name} drafts the sets of threshold decoding and was {how} for {fitted['rule']}; rule "
-                        f"{rule!r} commits one position per step: use spot there, or --rules {fitted['rule']}")
+                        f"{rule!r} commits one position per step: use spot there, or the rule {fitted['rule']}")
     if spot_sets.threshold_tau(rule) != fitted["tau"]:
-        raise UserError(f"{name} was {how} for {fitted['rule']}, not {rule}; use --rules {fitted['rule']}, or "
+        raise UserError(f"{name} was {how} for {fitted['rule']}, not {rule}; use the rule {fitted['rule']}, or "
                         f"calibrate it for that tau: spotbench calibrate {name} --model M --rule {rule} --out DIR")
 
 
