@@ -223,7 +223,8 @@ def commit(ages: Tensor, position: int) -> Tensor:
 
 def gap_to_best(score: Tensor, masked: Tensor) -> Tensor:
     """Each masked position's score minus the best masked one's, clamped at -GAP_SCALE (0 where
-    committed): the rule's ranking, which both networks' position residuals read."""
+    committed): the rule's ranking, which both networks' position residuals read. Positions are the
+    last dimension; `masked` broadcasts against `score` (several scores per position at once)."""
     score = score.masked_fill(~masked, -math.inf)
     gap = (score - score.max(-1, keepdim=True).values).nan_to_num(0.0).clamp_min(-GAP_SCALE)
     return gap.masked_fill(~masked, 0.0)
@@ -254,10 +255,9 @@ def node_features(candidate: Tensor, ages: Tensor, depth: Tensor) -> Tensor:
     committed = ages != MASKED
     masked = ~committed
     out = candidate.new_empty(*ages.shape, NODE_FEATURES)
-    scores = candidate[..., [CONFIDENCE, LOG_ODDS]].masked_fill_(committed[..., None], -math.inf)
-    gaps = (scores - scores.amax(-2, keepdim=True)).nan_to_num_(0.0).clamp_min_(-GAP_SCALE)  # `gap_to_best`
-    torch.div(gaps.masked_fill_(committed[..., None], 0.0), GAP_SCALE, out=out[..., :2])
-    score = scores[..., 0]
+    gaps = gap_to_best(candidate[..., [CONFIDENCE, LOG_ODDS]].transpose(-1, -2), masked[..., None, :])
+    torch.div(gaps.transpose(-1, -2), GAP_SCALE, out=out[..., :2])
+    score = candidate[..., CONFIDENCE].masked_fill(committed, -math.inf)
     rank = (score[..., None, :] > score[..., :, None]).sum(-1).clamp_max_(7).masked_fill_(committed, 7)
     out[..., 2] = rank == 0
     torch.div(rank, 7, out=out[..., 3])

@@ -49,8 +49,6 @@ from proposers.spot import (
     RUNNER_UP,
     TOP,
     Candidates,
-    SpotEnsemble,
-    SpotNet,
     StaleView,
     candidates,
     root_ages,
@@ -119,8 +117,6 @@ class SearchInputs:
         self.net = net
         self.request = request
         self.device = next(net.parameters()).device
-        self.options = {"masked_only": True} if type(net) in (SpotNet, SpotEnsemble) else {}
-        """SPOT's networks skip the work for outputs the search never reads (committed positions)."""
         self.view = StaleView.of(request.stale, request.temperature, request.rule.mask_id)
         self.static = static_features(self.view).to(self.device)[None]
         self.temperature = request.temperature
@@ -163,7 +159,7 @@ class SearchInputs:
         with torch.inference_mode():  # the same kernels with less dispatch work per operation
             position, token = self.net(self.static.expand(n, -1, -1), features, ages,
                                        torch.tensor(depths, device=self.device),
-                                       torch.full((n,), self.temperature, device=self.device), **self.options)
+                                       torch.full((n,), self.temperature, device=self.device), masked_only=True)
             position, token = position.cpu(), token.cpu()
         tokens = token.tolist()
         for i, path in enumerate(paths):
