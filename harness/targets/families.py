@@ -3,7 +3,8 @@
 A preset carries what the decoding code must agree on for a family: how attention is masked, whether
 logits are shifted, whether finished blocks can be cached, and how confidence is defined. Token ids
 (mask, eos) belong to a concrete checkpoint and its tokenizer, so they live on the target, not here;
-`default_mask_id` is the id the published checkpoints use.
+`default_mask_id` is the id the published checkpoints use (-1 for `converted`, whose mask id is
+chosen per conversion and always recorded in the checkpoint).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ class FamilySpec:
     threshold_strict: bool
     """True when the threshold rule commits confidence > tau, False for >= tau."""
     default_mask_id: int
+    causal_context: bool = False
+    """True when the prompt and finished blocks are the base model's causal computation (adapter
+    off) and only the active block is bidirectional and adapted: an autoregressive LM converted to
+    block diffusion (harness/targets/converted.py)."""
 
 
 FAMILIES: dict[str, FamilySpec] = {
@@ -36,6 +41,7 @@ FAMILIES: dict[str, FamilySpec] = {
     "dream": FamilySpec("dream", "bidirectional", True, False, "tempered_prob", False, 151666),
     "sdar": FamilySpec("sdar", "block_causal", False, True, "prob", False, 151669),
     "llada2": FamilySpec("llada2", "block_causal", False, True, "prob", True, 156895),
+    "converted": FamilySpec("converted", "block_causal", True, True, "prob", False, -1, causal_context=True),
 }
 
 

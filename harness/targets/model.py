@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from harness.targets.adapter import Gate
+
 KV = tuple[Tensor, Tensor]
 
 
@@ -235,6 +237,8 @@ class DLMTransformer(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        self.adapter_gate: Gate | None = None
+        """Set when a gated adapter is attached (harness/targets/adapter.py: converted targets)."""
 
     def forward(
         self,
@@ -242,14 +246,20 @@ class DLMTransformer(nn.Module):
         positions: Tensor,
         attend: Tensor | None,
         past: list[KV] | None = None,
+        adapted: Tensor | None = None,
     ) -> tuple[Tensor, list[KV]]:
         """Evaluate `input_ids` [N, L] at absolute `positions` [L] (or [N, L] per row).
 
         `attend` [L, P + L] (True = may attend) covers the P cached prefix keys in `past` (one row,
         shared by all N rows) followed by the L new keys, or [N, 1, L, P + L] per row; None means
         full attention. Returns logits [N, L, V] and, per layer, the
-        keys/values of the L new tokens, so a caller can extend its prefix cache.
+        keys/values of the L new tokens, so a caller can extend its prefix cache. `adapted` [N, L]
+        (bool) turns an attached adapter on at those rows; without one it must be None.
         """
+        if adapted is not None and self.adapter_gate is None:
+            raise ValueError("adapted rows given, but the model has no adapter")
+        if self.adapter_gate is not None:
+            self.adapter_gate.mask = adapted
         x = self.embed_tokens(input_ids)
         cos, sin = rotary_tables(self.cfg, positions, x.dtype)
         new_kv: list[KV] = []

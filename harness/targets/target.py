@@ -121,6 +121,8 @@ class TargetSession:
         self.rows = 0
         self._cache: list[KV] | None = None
         self._cache_len = 0
+        self._before_block: Tensor | None = None
+        """Shifted block-causal targets: [1, 1, V] logits of the position before the current block."""
         if target.family.attention == "block_causal":
             self.prompt_in_block = prompt.numel() % block_length
             self._origin = prompt.numel() - self.prompt_in_block
@@ -207,9 +209,19 @@ class TargetSession:
         tokens = torch.cat([pending.expand(rows, -1), states], dim=1)
         total = self._cache_len + tokens.shape[1]
         positions = torch.arange(self._cache_len, total, device=states.device)
-        block_ids = torch.arange(total, device=states.device) // self.block_length
-        attend = block_ids[None, :] <= block_ids[positions][:, None]
-        logits, new_kv = self.target.model(tokens, positions, attend, self._cache)
+        keys = torch.arange(total, device=states.device)
+        block_ids = keys // self.block_length
+        same_or_earlier = block_ids[None, :] <= block_ids[positions][:, None]
+        adapted = None
+        if self.target.family.causal_context:  # clean rows causal with the base weights, the block adapted
+            active = positions >= self.block_start
+            attend = (keys[None, :] <= positions[:, None]) | (same_or_earlier & active[:, None])
+            adapted = active.expand(rows, -1)
+        else:
+            attend = same_or_earlier
+        logits, new_kv = self.target.model(tokens, positions, attend, self._cache, adapted)
+        shifted = self.target.family.shifted_logits
+        current = self._shift(logits, pending.numel(), size) if shifted else logits[:, -size:]
         if pending.numel():
             stored = [(k[:1, :, : pending.numel()], v[:1, :, : pending.numel()]) for k, v in new_kv]
             if self._cache is None:
@@ -221,7 +233,20 @@ class TargetSession:
                 ]
             self._cache_len += pending.numel()
             self._pending = pending[:0]
-        return BlockLogits(logits[:, -size:], None)
+        return BlockLogits(current, None)
+
+    def _shift(self, logits: Tensor, pending: int, size: int) -> Tensor:
+        """Shifted logits on the block grid: position i-1 predicts token i, so the block's first
+        token is predicted by the last token before the block. That row cannot see the block, so its
+        logits are taken from the block's first pass (where it is pending: the previous block or the
+        prompt's whole blocks) and kept for the block's later passes. A block that starts at position
+        0 begins with a prompt token, never predicted: its row is zeros."""
+        if pending:
+            self._before_block = logits[:1, pending - 1 : pending].clone()
+        elif self._before_block is None:
+            self._before_block = logits.new_zeros((1, 1, logits.shape[-1]))
+        first = self._before_block.expand(logits.shape[0], -1, -1)
+        return torch.cat([first, logits[:, logits.shape[1] - size : -1]], dim=1)
 
 
 def check_geometry(family: FamilySpec, gen_length: int, block_length: int) -> None:

@@ -12,6 +12,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from harness.errors import UserError
+from harness.targets import adapter
 from harness.targets.families import FAMILIES, family
 from harness.targets.model import DLMTransformer, ModelConfig, MoEConfig
 from harness.targets.target import DLMTarget
@@ -45,6 +46,8 @@ def tiny_config(family_name: str, vocab_size: int) -> ModelConfig:
         return ModelConfig(num_kv_heads=2, qkv_bias=True, **common)
     if family_name == "sdar":
         return ModelConfig(num_kv_heads=2, qk_norm=True, tie_embeddings=True, **common)
+    if family_name == "converted":  # a Llama-style base (SmolLM2's switches) with an adapter
+        return ModelConfig(num_kv_heads=2, rope_theta=100000.0, rms_norm_eps=1e-5, tie_embeddings=True, **common)
     if family_name == "llada2":
         moe = MoEConfig(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                         num_shared_experts=1, n_group=4, topk_group=2, routed_scaling_factor=2.5,
@@ -63,6 +66,10 @@ def tiny_random_target(family_name: str, seed: int = 0) -> DLMTarget:
         for module in model.modules():
             if hasattr(module, "expert_bias"):
                 module.expert_bias.normal_(0.0, 0.1)
+        if spec.causal_context:  # a trained-looking adapter: non-zero on both factors
+            model.adapter_gate = adapter.attach(model, rank=4, alpha=8.0)
+            for name, parameter in adapter.lora_state(model).items():
+                parameter.data.normal_(0.0, 0.2)
     return DLMTarget(
         model,
         spec,

@@ -18,7 +18,7 @@ from harness.targets.target import DLMTarget
 from proposers import build_proposer
 from proposers.registry import proposers_for
 
-FAMILIES = ["llada", "dream", "sdar", "llada2"]
+FAMILIES = ["llada", "dream", "sdar", "llada2", "converted"]
 PROMPT = list(b"Q: 2+2=?\nA:")
 
 

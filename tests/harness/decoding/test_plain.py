@@ -80,9 +80,18 @@ def _naive_plain(target, prompt, config, answer_grid=False) -> tuple[list, torch
         while bool((x[start : start + size] == target.mask_id).any()):
             seen = start + size if block_causal else end
             attend = ids[None, :seen] <= ids[:seen, None] if block_causal else None
+            adapted = None
+            if target.family.causal_context:  # converted: clean rows causal, the active block adapted
+                active = positions[:seen] >= start
+                attend = (positions[None, :seen] <= positions[:seen, None]) | (attend & active[:, None])
+                adapted = active[None]
             with torch.no_grad():
-                logits, _ = target.model(x[None, :seen], positions[:seen], attend)
-            pass_logits.append(logits[0, start - shift : start + size - shift])
+                logits, _ = target.model(x[None, :seen], positions[:seen], attend, adapted=adapted)
+            if start - shift < 0:  # a block at position 0 opens with a prompt token: no row predicts it
+                logits = torch.cat([logits.new_zeros(1, shift, logits.shape[-1]), logits], dim=1)
+                pass_logits.append(logits[0, start : start + size])
+            else:
+                pass_logits.append(logits[0, start - shift : start + size - shift])
             noise = gumbel(config.seed, len(steps), size, target.vocab_size) if config.temperature else None
             transition = config.rule(pass_logits[-1], x[start : start + size], noise, config.temperature)
             steps.append(transition)
@@ -96,7 +105,7 @@ def _prompt(length: int) -> list[int]:
     return [(37 * i + 11) % 200 + 30 for i in range(length)]
 
 
-@pytest.mark.parametrize("family", ["sdar", "llada", "dream", "llada2"])
+@pytest.mark.parametrize("family", ["sdar", "llada", "dream", "llada2", "converted"])
 @pytest.mark.parametrize("rule", ["top1", "threshold:0.05"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_plain_decoding_is_the_naive_loop(family: str, rule: str, temperature: float) -> None:

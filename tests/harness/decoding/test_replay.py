@@ -29,7 +29,7 @@ def config(target: DLMTarget, rule: str, temperature: float, geometry: tuple[int
     return DecodeConfig(parse_rule(rule, target.family, target.mask_id), geometry[0], geometry[1], temperature, 3)
 
 
-@pytest.mark.parametrize("family", ["llada", "dream", "sdar", "llada2"])
+@pytest.mark.parametrize("family", ["llada", "dream", "sdar", "llada2", "converted"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("rule", ["top1", "threshold:0.02"])
 @pytest.mark.parametrize("geometry", [(16, 8), (12, 4)])

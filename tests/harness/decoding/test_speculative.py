@@ -19,9 +19,10 @@ from harness.targets.registry import load_target
 from harness.targets.target import DLMTarget
 from proposers import build_proposer
 from proposers.registry import proposers_for, spot_sets_folder, spot_sets_net
-from proposers.spot_sets import Calibration, SpotSetsProposer
+from proposers.spot_sets.network import Calibration
+from proposers.spot_sets.tree import SpotSetsProposer
 
-FAMILIES = ["llada", "dream", "sdar", "llada2"]
+FAMILIES = ["llada", "dream", "sdar", "llada2", "converted"]
 PROMPTS = [list(b"Q: 2+2=?\nA:"), list(b"hi"), list(b"The quick brown fox")]
 GEOMETRIES = [(16, 8), (24, 8), (16, 4)]
 

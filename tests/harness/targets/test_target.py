@@ -78,7 +78,7 @@ def _batch_and_rows(target: DLMTarget, rows: int = 5) -> tuple[torch.Tensor, tor
     return batch, single
 
 
-@pytest.mark.parametrize("family", ["llada", "dream", "sdar", "llada2"])
+@pytest.mark.parametrize("family", ["llada", "dream", "sdar", "llada2", "converted"])
 def test_a_batch_gives_the_logits_of_single_rows(family):
     target = load_target(f"tiny-random:{family}:4")
     batch, single = _batch_and_rows(target)
