@@ -1,11 +1,14 @@
 """What a run read and where it ran, for its manifest: checkpoint and data hashes, the driver's hardware,
 and what loading each model cost each worker.
 
-Hashes are taken where they are cheap and where a change would silently change results under the
-same config: the SPOT checkpoint folder a `spot` / `spot:PATH` proposer names (a few MB; retraining
-into the same folder keeps the name), and the task data files in the data dir (`SPOTBENCH_DATA_DIR`)
-that a task reads. A resumed run refuses other bytes under the same names (`harness.results`), and
-the gate refuses to compare runs that read different bytes (`harness.configs`).
+Hashes are taken of everything whose change would silently change results under the same config:
+each target's checkpoint (a zoo target's or checkpoint folder's config, weights and tokenizer files,
+a GGUF file; retraining into the same folder keeps the name), each proposer's checkpoint folder
+(`spot`, `spot-sets`, `spiffy`, the Psi-Spec drafters, and a `draft-model:NAME`'s weights), and the
+task data files in the data dir (`SPOTBENCH_DATA_DIR`) that a task reads. Targets built in code
+(`tiny-random:*`) and training-free proposers read no file: the git revision pins them. A resumed
+run refuses other bytes under the same names (`harness.results`), and the gate refuses to compare
+runs that read different bytes (`harness.configs`).
 """
 
 from __future__ import annotations
@@ -27,15 +30,82 @@ from harness.store import sha256_file
 T = TypeVar("T")
 
 
+MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "*.gguf",
+               "pytorch_model*.bin", "pytorch_model*.bin.index.json",
+               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+               "vocab.json", "merges.txt", "tokenizer.model", "spiece.model", "chat_template.jinja",
+               "chat_template.json")
+"""The files of a checkpoint folder that loading reads (config, weights, tokenizer, chat template);
+others (a README, a training report, an `original/` copy of the weights) change no result."""
+
+
 def run_inputs(suite: Suite) -> dict[str, dict[str, str]]:
-    """{"checkpoints": {proposer spec: sha256}, "data": {file name: sha256}} for the suite."""
-    from proposers.registry import spot_folder
+    """{"checkpoints": {model name or proposer spec: sha256}, "data": {file name: sha256}} for the suite."""
     from tasks.registry import get_task
 
-    checkpoints = {spec: folder_sha256(spot_folder(spec.partition(":")[2] or None))
-                   for spec in suite.proposers if spec.partition(":")[0] == "spot"}
+    checkpoints = {}
+    for name in suite.models:
+        files = model_files(name)
+        if files:
+            checkpoints[name] = files_sha256(files)
+    for spec in suite.proposers:
+        files = proposer_files(spec)
+        if files:
+            checkpoints[spec] = files_sha256(files)
     data = {path.name: sha256_file(path) for name in suite.tasks for path in task_data_files(get_task(name))}
     return {"checkpoints": checkpoints, "data": data}
+
+
+def model_files(name: str) -> list[Path]:
+    """The files a target name loads from (none for targets built in code)."""
+    from harness.targets.ar import SMOLLM2, folder_of, is_ar_name, smollm2_file
+    from harness.targets.zoo import model_dir, zoo_names
+
+    if name.startswith("tiny-random"):
+        return []
+    if name in zoo_names():
+        return checkpoint_files(model_dir(name))
+    if is_ar_name(name) and name == SMOLLM2:
+        return [smollm2_file()]
+    path = folder_of(name) if is_ar_name(name) else Path(name)
+    return [path] if path.is_file() else checkpoint_files(path)
+
+
+def checkpoint_files(folder: Path) -> list[Path]:
+    return sorted({p for pattern in MODEL_FILES for p in folder.glob(pattern) if p.is_file()})
+
+
+def proposer_files(spec: str) -> list[Path]:
+    """Every file of the checkpoint folder a proposer spec reads (none for training-free proposers)."""
+    from proposers import registry
+    from harness.targets.zoo import ZOO_DIR
+
+    name, _, argument = spec.partition(":")
+    if name == "spot":
+        folder = registry.spot_folder(argument or None)
+    elif name == "spot-sets":
+        folder = registry.spot_sets_folder(argument or None)
+    elif name == "spiffy":
+        folder = registry.zoo_folder(argument or None, registry.DEFAULT_GRAPH)
+    elif name in ("psi-linear", "psi-tree"):  # DIR[:settings], or a folder name under zoo/drafters/
+        where = argument.partition(":")[0]
+        folder = Path(where) if Path(where).exists() else ZOO_DIR / "drafters" / where
+    elif name == "draft-model":
+        return model_files(argument)
+    else:
+        return []
+    return sorted(p for p in Path(folder).rglob("*") if p.is_file())
+
+
+def files_sha256(files: list[Path]) -> str:
+    """One digest over files: their names (relative to their common folder) and contents, in sorted order;
+    for one folder's files the same as `folder_sha256` of the folder."""
+    files = sorted(Path(p).resolve() for p in files)
+    root = files[0].parent if len(files) == 1 else Path(os.path.commonpath(files))
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(f"{path.relative_to(root)}\0{sha256_file(path)}\n".encode())
+    return digest.hexdigest()
 
 
 def folder_sha256(folder: Path) -> str:

@@ -110,6 +110,14 @@ def plan(suite: Suite, verified: Verification) -> tuple[list[Unit], int]:
     return units, skipped
 
 
+def split_sizes(suite: Suite) -> dict[str, int]:
+    """Prompts in each task's split before the limit: with the limit, how many prompts a complete run
+    holds per model and task (recorded in the manifest, checked by `harness.store`)."""
+    from tasks.registry import get_task
+
+    return {task: len(get_task(task, suite.num_fewshot).load(suite.split)) for task in suite.tasks}
+
+
 def run_suite(suite: Suite, output: str | Path, address: str | None = None, progress: bool = True,
               on_write: Callable[[int], None] | None = None) -> RunResult:
     """Run (or resume, or extend) `suite` into `output`; `on_write(groups written so far)` after each group.
@@ -126,6 +134,7 @@ def run_suite(suite: Suite, output: str | Path, address: str | None = None, prog
     checked = RunDir.check(output, suite.config(), inputs)
     verified = checked.verify()
     units, skipped = plan(suite, verified)
+    sizes = split_sizes(suite)
     stats = Stats(skipped=skipped)
     with quiet_stdout(), ray_session(address) if units else contextlib.nullcontext():  # nothing to decode: no Ray
         if units:
@@ -133,7 +142,7 @@ def run_suite(suite: Suite, output: str | Path, address: str | None = None, prog
 
             gpu_workers(suite, ray.cluster_resources().get("GPU", 0.0))  # refused before the run directory exists
         run_dir = RunDir.open(output, suite.config(), list(suite.seeds), hardware=driver_hardware(), inputs=inputs,
-                              command=list(sys.argv), verification=verified)
+                              command=list(sys.argv), verification=verified, split_sizes=sizes)
         for damage in verified.damage:
             _say(f"spotbench: damaged: {damage.line()}; recomputing it (damaged files move to "
                  f"{run_dir.path / 'damaged'})")

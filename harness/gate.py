@@ -99,8 +99,33 @@ def load_summary(path: str | Path) -> Summary:
     manifest = run.manifest()
     damage = run.verify().damage
     if damage:
-        raise UserError(store.damage_message(run, damage))
+        raise UserError(store.damage_message(run.path, damage))
     return Summary(run.read_summary().to_pylist(), manifest.get("status"), manifest, str(path))
+
+
+def check_digest(path: str | Path, expected: str) -> None:
+    """UserError unless `path` is a complete run directory whose digest (`harness.store.run_digest`) is
+    `expected`: the baseline a release recorded, not an edited or another one under its name."""
+    from harness import store
+    from harness.results import RunDir
+
+    want = expected.strip().lower().removeprefix("sha256:")
+    if len(want) != 64 or any(c not in "0123456789abcdef" for c in want):
+        raise UserError(f"--baseline-digest {expected!r} is not a digest (64 hex digits, as spotbench run and verify "
+                        "print it)")
+    path = Path(path)
+    if path.is_file() and (path.parent / store.MANIFEST_FILE).is_file():
+        path = path.parent
+    if not (path / store.MANIFEST_FILE).is_file():
+        raise UserError(f"--baseline-digest pins a run directory, and {path} is not one; give the baseline's run "
+                        "directory")
+    status = RunDir.existing(path).manifest().get("status")
+    if status != "complete":
+        raise UserError(f"baseline {path} is not a complete run (status {status}); a digest pins a finished run")
+    found = store.run_digest(path)
+    if found != want:
+        raise UserError(f"baseline {path} has digest {found}, not {want} (the one recorded for it): its manifest, "
+                        "index, sample files or summary changed since; use the recorded baseline")
 
 
 def config_warning(run: Summary, baseline: Summary, allow: bool) -> str | None:

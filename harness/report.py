@@ -26,7 +26,7 @@ def render_report(run: RunDir) -> str:
     truncated or duplicated file can neither crash the drawing nor count a sample twice."""
     verification = run.verify()
     if verification.damage:
-        raise UserError(damage_message(run, verification.damage))
+        raise UserError(damage_message(run.path, verification.damage))
     manifest = run.manifest()
     summary = run.read_summary().to_pylist()
     rows = verification.rows(ROW_SCHEMA).to_pylist()

@@ -26,14 +26,12 @@ part of the config.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import platform
 import subprocess
+import tempfile
 import time
-import types
-import typing
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -43,148 +41,10 @@ import pyarrow as pa
 
 from harness import configs, store
 from harness.errors import UserError
+from harness.schema import (AUTO, GROUP_FIELDS, KEY_FIELDS, ROW_SCHEMA, SCHEMA_VERSION,  # noqa: F401 (re-exported)
+                            STATUSES, SUMMARY_METADATA, Row, arrow_schema, group_id, group_label, part_name)
 
-SCHEMA_VERSION = 6
-AUTO = -1
-"""The budget of an `auto` arm in rows and summaries: each worker chooses the budget itself
-(`chosen_budget` says which)."""
-KEY_FIELDS = ("model", "proposer", "task", "sample_id", "temperature", "rule", "budget", "seed")
-GROUP_FIELDS = ("model", "task", "sample_id", "temperature", "rule", "seed")
-STATUSES = ("running", "complete", "failed")
-SUMMARY_METADATA = b"spotbench_run"
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-
-
-@dataclass(frozen=True)
-class Row:
-    """One arm of one group: the Parquet row (one per (model, proposer, task, sample, temperature,
-    rule, budget, seed)). `harness.pipeline.evaluate_group` is the only maker of rows."""
-
-    # key
-    model: str
-    proposer: str
-    task: str
-    sample_id: str
-    temperature: float
-    rule: str
-    budget: int
-    seed: int = dataclasses.field(metadata={"arrow": pa.uint64()})
-    """Any seed in [0, 2**64), as the noise takes it."""
-    # the arm
-    proposer_kind: str
-    trained_on: str | None
-    chosen_budget: int
-    """The budget decoded with: `budget` itself, or for an `auto` arm (budget -1) the worker's choice."""
-    predicted_speedup_wall: float | None
-    """An `auto` arm's speedup_wall as its worker predicted it when choosing (`harness.budget`)."""
-    ar_sampling: str
-    """`coupled` (token-exact; every DLM arm) or `rejection` (AR rejection sampling,
-    `harness.decoding.ar_rejection`): the run's `--ar-sampling`."""
-    # decoding settings shared by every row of a run
-    gen_length: int
-    block_length: int
-    exact_mode: bool
-    prompt_tokens: int
-    # the sample, so a row can be checked and re-scored without the task's data
-    prompt: str
-    """The prompt text the target read (after any template)."""
-    chat_template: str
-    """How the prompt was rendered (`tasks.chat.Chat.label`): none, off or template:<sha256 prefix>."""
-    reference: str | None
-    """The gold answer scoring compares against (`tasks.base.Sample.reference`)."""
-    # plain reference (computed once per group, repeated in each of its arms)
-    plain_nfe: int
-    plain_rows: int
-    plain_commits: int
-    plain_tokens: int
-    plain_wall_s: float
-    plain_target_s: float
-    plain_proposer_s: float
-    plain_other_s: float
-    plain_target_forwards: int
-    stale_hit_rate: float | None
-    # speculative arm
-    spec_nfe: int
-    spec_rows: int
-    spec_commits: int
-    spec_tokens: int
-    spec_wall_s: float
-    spec_target_s: float
-    spec_proposer_s: float
-    spec_other_s: float
-    spec_target_forwards: int
-    """Forwards of the target's network: verify passes (`spec_nfe`) plus the proposer's draft forwards on
-    it (Psi-Spec); `speedup_nfe` is plain_target_forwards / spec_target_forwards."""
-    spec_draft_model_forwards: int
-    """Forwards of a separate draft model (`draft-model:NAME`), not counted as target forwards."""
-    draft_nodes: int
-    mean_accept_len: float
-    accepted_per_depth: list[int]
-    stops_leaf: int
-    """Passes whose walk stopped at a node with no children (see `harness.decoding.tree.stop_reason`)."""
-    stops_position: int
-    stops_token: int
-    stops_no_draft: int
-    speedup_nfe: float
-    speedup_wall: float | None
-    # lossless check
-    exact: bool | None
-    """None when the row is not token-checked (verdict `distribution`: rejection sampling at T>0)."""
-    verdict: str
-    divergence_token: int | None
-    divergence_step: int | None
-    divergence_confidence_margin: float | None
-    divergence_decision_gap: float | None
-    near_tie_tolerance: float
-    # task score (plain completion; the spec one differs only when the arms diverge)
-    completion: str
-    correct: bool | None
-    score: str | None
-    spec_completion: str
-    spec_correct: bool | None
-    plain_answer_ids: list[int]
-    """The generated token ids of the plain reference, up to EOS (what `completion` decodes)."""
-    spec_answer_ids: list[int]
-    # provenance
-    worker: str
-
-
-_ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_(),
-          list[int]: pa.list_(pa.int64()), list[float]: pa.list_(pa.float64())}
-
-
-def arrow_schema(row_type: type) -> pa.Schema:
-    """The Arrow schema of a row dataclass: one nullable column per field, in field order."""
-    hints = typing.get_type_hints(row_type)
-    columns = []
-    for f in dataclasses.fields(row_type):
-        kind = hints[f.name]
-        if isinstance(kind, types.UnionType):  # `X | None`
-            kind = next(a for a in typing.get_args(kind) if a is not type(None))
-        columns.append((f.name, f.metadata.get("arrow", _ARROW[kind])))
-    return pa.schema(columns, metadata={"spotbench_schema_version": str(SCHEMA_VERSION)})
-
-
-ROW_SCHEMA = arrow_schema(Row)
-
-
-def group_id(group: dict[str, Any]) -> str:
-    """Deterministic stem of a group's files: a hash of its key, the same on every machine."""
-    key = json.dumps([group[f] for f in GROUP_FIELDS], separators=(",", ":"))
-    return hashlib.sha256(key.encode()).hexdigest()[:20]
-
-
-def part_name(group: str, arms: list[tuple[str, int]]) -> str:
-    """File name of a group's rows for a set of arms: the group id, then a hash of the sorted arms
-    (a run extended with new arms writes them beside the group's first file, never over it)."""
-    key = json.dumps(sorted([p, b] for p, b in arms), separators=(",", ":"))
-    return f"{group}-{hashlib.sha256(key.encode()).hexdigest()[:8]}.parquet"
-
-
-def group_label(row: dict[str, Any]) -> str:
-    """A group as people name it, for messages: `model/task/sample T=.. rule seed ..`."""
-    return (f"{row['model']}/{row['task']}/{row['sample_id']} T={row['temperature']:g} {row['rule']} "
-            f"seed {row['seed']}")
 
 
 @dataclass
@@ -236,21 +96,24 @@ class RunDir:
                                 "of both would mix: restore them or use a new output directory")
         elif run.path.exists() and (not run.path.is_dir() or any(run.path.iterdir())):
             raise UserError(f"{path} is not empty and is not a spotbench run directory; choose another")
+        check_writable(run.path)
         return run
 
     @classmethod
     def open(cls, path: str | Path, config: dict[str, Any], seeds: list[int], hardware: dict[str, Any] | None = None,
              inputs: dict[str, Any] | None = None, command: list[str] | None = None,
-             verification: store.Verification | None = None) -> RunDir:
+             verification: store.Verification | None = None, split_sizes: dict[str, int] | None = None) -> RunDir:
         """Create the run directory, or resume (or extend) the run it holds: damaged sample files
-        (`verification`, else verified here) move to `damaged/` so their groups are decoded again."""
+        (`verification`, else verified here) move to `damaged/` so their groups are decoded again.
+        `split_sizes`: the prompts in each task's split (before the limit), so that a complete run says
+        how many prompts its config plans (`harness.store` checks its rows against them)."""
         run = cls.check(path, config, inputs)
         session = {"started": _now(), "command": command}
         if run.manifest_path.exists():
             manifest = run.manifest()
             extended = configs.compare(manifest["config"], config).extended
             damage = (verification or run.verify()).damage
-            store.quarantine(run, damage)
+            store.quarantine(run.path, damage)
             history = manifest.get("config_history", [])
             if extended:
                 history.append({"at": _now(), "changes": {k: list(v) for k, v in extended.items()}})
@@ -261,6 +124,7 @@ class RunDir:
             run._write_manifest(manifest | {
                 "status": "running", "updated": _now(), "config": config, "seeds": seeds, "config_history": history,
                 "inputs": {kind: previous.get(kind, {}) | (inputs or {}).get(kind, {}) for kind in ("checkpoints", "data")},
+                "split_sizes": (manifest.get("split_sizes") or {}) | (split_sizes or {}),
                 "sessions": manifest.get("sessions", []) + [session | {
                     "resumed": True, "extended": {k: list(v) for k, v in extended.items()},
                     "damaged": [d.line() for d in damage]}]})
@@ -270,6 +134,7 @@ class RunDir:
                 "config": config, "config_history": [], "seeds": seeds, "command": command,
                 "git_revision": git_revision(), "packages": package_versions(), "hardware": hardware or {},
                 "inputs": {"checkpoints": {}, "data": {}} | (inputs or {}), "sessions": [session | {"resumed": False}],
+                "split_sizes": split_sizes or {},
             })
         run.samples_dir.mkdir(exist_ok=True)
         for stale in run.path.rglob(".tmp-*"):  # left by a killed driver; never read
@@ -295,7 +160,7 @@ class RunDir:
         self.update_manifest(status=status, error=error, sessions=sessions, resumes=len(sessions) - 1)
 
     def verify(self) -> store.Verification:
-        return store.verify(self)
+        return store.verify(self.path)
 
     def write_group(self, rows: list[Row]) -> bool:
         """Write one group's rows (one per arm) atomically and index them; False (and nothing
@@ -312,7 +177,7 @@ class RunDir:
         if final.exists():
             return False
         digest = store.write_parquet(pa.Table.from_pylist(records, schema=ROW_SCHEMA), final)
-        store.append_index(self, {"file": final.name, "group": group, "label": group_label(records[0]),
+        store.append_index(self.path, {"file": final.name, "group": group, "label": group_label(records[0]),
                                   "arms": [list(a) for a in arms], "rows": len(records), "sha256": digest,
                                   "written": _now()})
         return True
@@ -321,7 +186,7 @@ class RunDir:
         """Every row of the run, each once; UserError naming the damage if any file fails `verify`."""
         verification = self.verify()
         if verification.damage:
-            raise UserError(store.damage_message(self, verification.damage))
+            raise UserError(store.damage_message(self.path, verification.damage))
         return verification.rows(ROW_SCHEMA)
 
     def write_summary(self) -> pa.Table:
@@ -351,6 +216,24 @@ class RunDir:
         temp = self.path / ".tmp-manifest.json"
         temp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         os.replace(temp, self.manifest_path)
+
+
+def check_writable(path: Path) -> None:
+    """UserError (one line) if the run directory `path` could not be created or written, found by
+    creating and removing a nameless temp file in it or in its nearest existing parent: a permission,
+    a read-only file system or a parent that is a file fails here, before Ray starts."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"cannot create the run directory {path}: {existing} is a file, not a folder; "
+                        "choose another output directory")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise UserError(f"cannot write the run directory {path}: {existing} is not writable "
+                        f"({error.strerror or error}); choose an output directory you can write") from None
 
 
 def git_revision() -> str | None:

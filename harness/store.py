@@ -1,37 +1,56 @@
-"""Integrity of a run directory: what was written is what is read, once.
+"""Integrity of a run directory: what was written is what is read, once, and what the manifest says.
 
 A run's numbers are only as good as its sample files, and a file can be cut short (a full disk, a
-copy interrupted), flipped (bad storage), edited, deleted or copied twice. So every file the driver
-writes is recorded in `index.jsonl` (one JSON line per file: its group, arms, row count and sha256,
-appended after the atomic rename), and Parquet page checksums are written into the file itself.
-`verify` trusts a file only when
+copy interrupted), flipped (bad storage), edited, deleted, copied twice or copied over another. So
+every file the driver writes is recorded in `index.jsonl` (one JSON line per file: its group, arms,
+row count and sha256, appended after the atomic rename), and Parquet page checksums are written into
+the file itself. `verify` trusts a file only when
 
 - the index lists it and its sha256 matches (anything else: not written by this run, or changed);
 - it parses with page checksums on, has this version's schema and one row per key;
-- its rows are the group and arms the index says, and no other file repeats them;
-- for a complete run, the summary's sha256 matches the manifest's and no group is missing.
+- every row's key columns are the group and arms its index entry names, and the file's name is the
+  one that group and those arms get (a file of another group under this name, its index line
+  updated, is caught by its own rows), and no other file repeats them;
+- its rows are of the manifest's config (models, proposers, tasks, temperatures, rules, budgets,
+  seeds, lengths, precision);
+- for a complete run: the manifest records the summary's sha256, the run's size and each task's
+  split size; every prompt the config plans (its limit, or the whole split when smaller) has every
+  group and arm; the summary's sha256 matches, and the summary equals the one recomputed from the
+  rows, with the manifest's config, seeds and inputs in its metadata.
 
 What fails is a `Damage` (one line each, `spotbench verify`); a resumed run moves damaged files to
 `damaged/` and decodes their groups again, and `report` and `gate` refuse a damaged run.
+
+These checks find accidental damage and inputs that do not match; a deliberate edit made
+consistently (rows, index and manifest together) passes them. `run_digest`, one sha256 over the
+manifest, the index, every sample file and the summary, pins a finished run against that: a release
+records it, and `spotbench gate --baseline-digest` refuses a baseline that is not the recorded one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-if TYPE_CHECKING:
-    from harness.results import RunDir
+from harness.schema import (AUTO, GROUP_FIELDS, KEY_FIELDS, ROW_SCHEMA, SCHEMA_VERSION, SUMMARY_METADATA, group_id,
+                            group_label, part_name)
 
 INDEX_FILE = "index.jsonl"
 DAMAGED_DIR = "damaged"
+MANIFEST_FILE = "manifest.json"
+SUMMARY_FILE = "summary.parquet"
+SAMPLES_DIR = "samples"
+AR_RULE = "greedy"
+"""The rule of autoregressive rows (`harness.decoding.autoregressive.AR_RULE`; a test keeps them equal)."""
 
 
 @dataclass(frozen=True)
@@ -93,28 +112,30 @@ def read_parquet(source: Path | bytes) -> pa.Table:
                          page_checksum_verification=True)
 
 
-def append_index(run: RunDir, record: dict[str, Any]) -> None:
+def append_index(directory: Path, record: dict[str, Any]) -> None:
     """One line, one write, after the file it names is in place: a killed driver leaves at worst a
     file the index does not list (verified as foreign, so decoded again), never a listed ghost."""
     line = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
-    fd = os.open(run.path / INDEX_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(directory / INDEX_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)
     finally:
         os.close(fd)
 
 
-def read_index(run: RunDir) -> tuple[dict[str, dict[str, Any]], list[Damage]]:
+def read_index(directory: Path) -> tuple[dict[str, dict[str, Any]], list[Damage]]:
     """The latest entry per file (a `removed` record drops it) and any unreadable line."""
     entries: dict[str, dict[str, Any]] = {}
     damage = []
-    path = run.path / INDEX_FILE
+    path = directory / INDEX_FILE
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []
     for number, text in enumerate(lines, 1):
         try:
             record = json.loads(text)
             name = record["file"]
-        except (json.JSONDecodeError, KeyError, TypeError):
+            if "removed" not in record:
+                _check_entry(record)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             damage.append(Damage(INDEX_FILE, f"line {number} is not an index record (cut short or edited)"))
             continue
         if "removed" in record:
@@ -124,16 +145,17 @@ def read_index(run: RunDir) -> tuple[dict[str, dict[str, Any]], list[Damage]]:
     return entries, damage
 
 
-def verify(run: RunDir) -> Verification:
-    """Check every sample file against the index and the schema (see the module docstring)."""
-    from harness.results import ROW_SCHEMA, SCHEMA_VERSION, group_id, group_label
-
-    result = Verification()
-    result.entries, result.damage = read_index(run)
-    on_disk = {p.name: p for p in run.samples_dir.glob("*.parquet")} if run.samples_dir.is_dir() else {}
+def verify(directory: Path) -> Verification:
+    """Check every sample file against the index, its own rows and the manifest (see the module docstring)."""
+    directory = Path(directory)
+    manifest, result = _manifest(directory), Verification()
+    config = manifest.get("config") or {}
+    result.entries, result.damage = read_index(directory)
+    samples = directory / SAMPLES_DIR
+    on_disk = {p.name: p for p in samples.glob("*.parquet")} if samples.is_dir() else {}
     for name, entry in sorted(result.entries.items()):
         if name not in on_disk:
-            result.damage.append(Damage(f"samples/{name}", f"missing (listed in {INDEX_FILE})", entry["label"]))
+            result.damage.append(Damage(f"{SAMPLES_DIR}/{name}", f"missing (listed in {INDEX_FILE})", entry["label"]))
     foreign: dict[str, pa.Table] = {}
     for name, path in sorted(on_disk.items()):
         entry = result.entries.get(name)
@@ -147,8 +169,9 @@ def verify(run: RunDir) -> Verification:
             problem = f"{problem}; not written by this run (not in {INDEX_FILE})"
         elif hashlib.sha256(data).hexdigest() != entry["sha256"]:
             problem = problem or _changed_rows(table, entry) or "changed since it was written (sha256 differs)"
+        problem = problem or _misfiled(name, table, entry) or _outside_config(table, config)
         if problem:
-            result.damage.append(Damage(f"samples/{name}", problem, label))
+            result.damage.append(Damage(f"{SAMPLES_DIR}/{name}", problem, label))
         else:
             result.parts[name] = table
     _check_overlaps(result)
@@ -157,16 +180,45 @@ def verify(run: RunDir) -> Verification:
         row = table.slice(0, 1).to_pylist()[0] if table.num_rows else {}
         twin = groups.get(group_id(row)) if row else None
         label = group_label(row) if row else None
-        why = f"a copy of samples/{twin}'s group" if twin else "not written by this run"
-        result.damage.append(Damage(f"samples/{name}", f"{why} (not in {INDEX_FILE})", label))
-    result.damage += _complete_run_problems(run, result)
+        why = f"a copy of {SAMPLES_DIR}/{twin}'s group" if twin else "not written by this run"
+        result.damage.append(Damage(f"{SAMPLES_DIR}/{name}", f"{why} (not in {INDEX_FILE})", label))
+    result.damage += _limit_problems(config, result)
+    if manifest.get("status") == "complete":
+        result.damage += _complete_run_problems(directory, manifest, result)
     return result
+
+
+def run_digest(directory: Path) -> str:
+    """One sha256 that pins a run directory's record: over the sha256 of `manifest.json`, `index.jsonl`,
+    every sample file and `summary.parquet`, listed as `sha256sum` lists them, so that anyone can
+    recompute it: `cd RUN && LC_ALL=C sha256sum manifest.json index.jsonl samples/*.parquet
+    summary.parquet | sha256sum`."""
+    directory = Path(directory)
+    samples = directory / SAMPLES_DIR
+    names = [MANIFEST_FILE, INDEX_FILE, *sorted(f"{SAMPLES_DIR}/{p.name}" for p in samples.glob("*.parquet")),
+             SUMMARY_FILE]
+    listing = "".join(f"{sha256_file(directory / name)}  {name}\n" for name in names if (directory / name).is_file())
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
+def _manifest(directory: Path) -> dict[str, Any]:
+    try:
+        value = json.loads((directory / MANIFEST_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _check_entry(record: dict[str, Any]) -> None:
+    """An index record has the fields verify reads, of their types (ValueError/KeyError if not)."""
+    if not (isinstance(record["group"], str) and isinstance(record["label"], str) and isinstance(record["sha256"], str)
+            and isinstance(record["rows"], int) and isinstance(record["arms"], list)
+            and all(isinstance(a, list) and len(a) == 2 for a in record["arms"])):
+        raise ValueError("not an index record")
 
 
 def _content_problem(data: bytes, schema: pa.Schema, version: int) -> tuple[str | None, pa.Table | None]:
     """What is wrong with a file's bytes on their own: unreadable, wrong schema, a repeated key."""
-    from harness.results import KEY_FIELDS
-
     try:
         table = read_parquet(data)
     except (OSError, pa.ArrowException) as error:
@@ -198,6 +250,48 @@ def _changed_rows(table: pa.Table | None, entry: dict[str, Any]) -> str | None:
     return None
 
 
+def _misfiled(name: str, table: pa.Table, entry: dict[str, Any]) -> str | None:
+    """Each row carries its own key: its group and arm must be the ones the file is indexed under, and
+    the file's name the one they give (a file copied over another group's, its index line updated)."""
+    records = table.select(list(KEY_FIELDS)).to_pylist()
+    if not records:
+        return "holds no rows"
+    held = {group_id(r): group_label(r) for r in records}
+    if set(held) != {entry["group"]}:
+        return (f"holds rows of {', '.join(sorted(held.values()))}, not of the group it is indexed under "
+                "(a file of another group in its place)")
+    arms = sorted((r["proposer"], r["budget"]) for r in records)
+    listed = sorted((p, b) for p, b in entry["arms"])
+    if arms != listed or table.num_rows != entry["rows"]:
+        return f"holds arms {_arms(arms)}, its index line says {_arms(listed)} ({entry['rows']} rows)"
+    if name != part_name(entry["group"], arms):
+        return f"named as another file of the run; its rows belong in {SAMPLES_DIR}/{part_name(entry['group'], arms)}"
+    return None
+
+
+SETTINGS = {"model": "models", "proposer": "proposers", "task": "tasks", "temperature": "temperatures",
+            "rule": "rules", "budget": "budgets", "seed": "seeds", "gen_length": "gen_length",
+            "block_length": "block_length", "exact_mode": "exact", "ar_sampling": "ar_sampling"}
+"""Row column -> the config setting it must be one of (a list setting) or equal to (a scalar)."""
+
+
+def _outside_config(table: pa.Table, config: dict[str, Any]) -> str | None:
+    """Rows the manifest's config does not name: the manifest was edited, or the file is another run's."""
+    for column, setting in SETTINGS.items():
+        if setting not in config:
+            continue
+        allowed = config[setting] if isinstance(config[setting], list) else [config[setting]]
+        if setting == "budgets":
+            allowed = [AUTO if b == "auto" else b for b in allowed]
+        if setting == "rules":
+            allowed = [*allowed, AR_RULE]
+        outside = sorted(set(table.column(column).to_pylist()) - set(allowed), key=repr)
+        if outside:
+            return (f"rows of {column} {outside[0]!r}, which the run's config does not name ({setting} "
+                    f"{config[setting]!r} in {MANIFEST_FILE})")
+    return None
+
+
 def _check_overlaps(result: Verification) -> None:
     """Two verified parts of one group must not share an arm (its rows would count twice)."""
     seen: dict[tuple[str, str, int], str] = {}
@@ -205,55 +299,155 @@ def _check_overlaps(result: Verification) -> None:
         entry = result.entries[name]
         clash = next((seen[(entry["group"], p, b)] for p, b in entry["arms"] if (entry["group"], p, b) in seen), None)
         if clash:
-            result.damage.append(Damage(f"samples/{name}", f"duplicated rows: repeats arms of samples/{clash}",
+            result.damage.append(Damage(f"{SAMPLES_DIR}/{name}", f"duplicated rows: repeats arms of {SAMPLES_DIR}/{clash}",
                                         entry["label"]))
             del result.parts[name]
             continue
         seen.update({(entry["group"], p, b): name for p, b in entry["arms"]})
 
 
-def _complete_run_problems(run: RunDir, result: Verification) -> list[Damage]:
-    """A complete run also vouches for its size and its summary: both recorded in the manifest."""
-    manifest = run.manifest() if run.manifest_path.exists() else {}
-    if manifest.get("status") != "complete":
+def _prompts(result: Verification) -> dict[tuple[str, str], set[str]]:
+    """(model, task) -> the sample ids of the verified rows."""
+    prompts: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for table in result.parts.values():
+        for row in table.select(["model", "task", "sample_id"]).to_pylist():
+            prompts[(row["model"], row["task"])].add(row["sample_id"])
+    return prompts
+
+
+def _limit_problems(config: dict[str, Any], result: Verification) -> list[Damage]:
+    limit = config.get("limit")
+    if not isinstance(limit, int):
         return []
+    return [Damage(MANIFEST_FILE, f"config says limit {limit}, and the rows hold {len(ids)} prompts of {model}/{task}")
+            for (model, task), ids in sorted(_prompts(result).items()) if len(ids) > limit]
+
+
+def _complete_run_problems(directory: Path, manifest: dict[str, Any], result: Verification) -> list[Damage]:
+    """A complete run also vouches for its size, its coverage of the config and its summary."""
+    absent = [key for key in ("summary_sha256", "groups", "rows", "split_sizes") if manifest.get(key) is None]
+    if absent:
+        return [Damage(MANIFEST_FILE, f"a complete run's manifest without {', '.join(absent)} (removed after the "
+                                      "run completed); run the run's command again to recompute the summary")]
     damage = []
-    expected = manifest.get("groups")
     found = len({entry["group"] for entry in result.entries.values()})
-    if expected is not None and found < expected:
-        damage.append(Damage(INDEX_FILE, f"lists {found} groups, the complete run wrote {expected} "
-                                         "(a sample file and its index line were removed)"))
-    summary = run.path / "summary.parquet"
-    if manifest.get("summary_sha256") and (not summary.exists() or sha256_file(summary) != manifest["summary_sha256"]):
-        damage.append(Damage("summary.parquet", "missing" if not summary.exists()
+    if found != manifest["groups"]:
+        damage.append(Damage(INDEX_FILE, f"lists {found} groups, the complete run wrote {manifest['groups']} "
+                                         f"({'a sample file and its index line were removed' if found < manifest['groups'] else 'lines were added'})"))
+    summary = directory / SUMMARY_FILE
+    if not summary.exists() or sha256_file(summary) != manifest["summary_sha256"]:
+        damage.append(Damage(SUMMARY_FILE, "missing" if not summary.exists()
                              else "changed since the run completed (sha256 differs from the manifest)"))
-    return damage
+    if damage or result.damage:  # the checks below read the rows as a whole: only when each file is sound
+        return damage
+    rows = result.rows(ROW_SCHEMA)
+    if rows.num_rows != manifest["rows"]:
+        return [Damage(MANIFEST_FILE, f"says the run wrote {manifest['rows']} rows; its files hold {rows.num_rows}")]
+    return _coverage_problems(manifest, result, rows) or _summary_problems(summary, manifest, rows)
 
 
-def quarantine(run: RunDir, damage: list[Damage]) -> None:
+def _coverage_problems(manifest: dict[str, Any], result: Verification, rows: pa.Table) -> list[Damage]:
+    """Every prompt the config plans has every group and arm: a complete run holds its whole config."""
+    config, sizes = manifest.get("config") or {}, manifest["split_sizes"]
+    prompts = _prompts(result)
+    for model in config.get("models", []):
+        for task in config.get("tasks", []):
+            if task not in sizes:
+                return [Damage(MANIFEST_FILE, f"records no split size for task {task} (split_sizes)")]
+            planned = min(config.get("limit", 0), sizes[task])
+            held = len(prompts.get((model, task), ()))
+            if held != planned:
+                return [Damage(INDEX_FILE, f"{model}/{task} has {held} prompts, the config plans {planned} (limit "
+                                           f"{config.get('limit')}, split size {sizes[task]})")]
+    arms = {(p, AUTO if b == "auto" else b) for p in config.get("proposers", []) for b in config.get("budgets", [])}
+    done: dict[tuple, set[tuple[str, int]]] = defaultdict(set)
+    rules: dict[str, set[str]] = defaultdict(set)
+    for row in rows.select([*GROUP_FIELDS, "proposer", "budget"]).to_pylist():
+        done[tuple(row[f] for f in GROUP_FIELDS)].add((row["proposer"], row["budget"]))
+        rules[row["model"]].add(row["rule"])
+    for (model, task), ids in sorted(prompts.items()):
+        model_rules = [AR_RULE] if rules[model] == {AR_RULE} else config.get("rules", [])
+        for sample in sorted(ids):
+            for temperature in config.get("temperatures", []):
+                for rule in model_rules:
+                    for seed in config.get("seeds", []):
+                        key = (model, task, sample, temperature, rule, seed)
+                        missing = arms - done.get(key, set())
+                        if missing:
+                            label = group_label(dict(zip(GROUP_FIELDS, key)))
+                            return [Damage(INDEX_FILE, f"group {label} lacks {'every arm' if missing == arms else 'arms ' + _arms(sorted(missing))} "
+                                                       "of the config the manifest records")]
+    return []
+
+
+def _summary_problems(summary: Path, manifest: dict[str, Any], rows: pa.Table) -> list[Damage]:
+    """The summary is the one its rows give, and says the run it summarizes is this one."""
+    from harness.summary import SUMMARY_KEY, summarize
+
+    table = read_parquet(summary)
+    recorded = json.loads((table.schema.metadata or {}).get(SUMMARY_METADATA, b"{}"))
+    for key in ("config", "seeds", "inputs"):
+        if recorded.get(key) != manifest.get(key):
+            return [Damage(SUMMARY_FILE, f"its metadata's {key} differs from {MANIFEST_FILE}'s (one of them was edited)")]
+    expected = summarize(rows)
+    if table.schema.names != expected.schema.names or table.num_rows != expected.num_rows:
+        return [Damage(SUMMARY_FILE, f"has {table.num_rows} arms and other columns than the {expected.num_rows} arms "
+                                     "its rows give")]
+    found = {tuple(r[k] for k in SUMMARY_KEY): r for r in table.to_pylist()}
+    for want in expected.to_pylist():
+        arm = tuple(want[k] for k in SUMMARY_KEY)
+        have = found.get(arm)
+        if have is None:
+            return [Damage(SUMMARY_FILE, f"has no arm {_arm_text(want)}, which its rows give")]
+        for column, value in want.items():
+            if not _same(have[column], value):
+                return [Damage(SUMMARY_FILE, f"{_arm_text(want)} {column} is {have[column]!r}, its rows give {value!r} "
+                                             "(the summary does not summarize these rows)")]
+    return []
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _arm_text(row: dict[str, Any]) -> str:
+    return (f"{row['model']}/{row['task']} T={row['temperature']:g} {row['rule']} "
+            f"{row['proposer']}@{'auto' if row['budget'] == AUTO else row['budget']}")
+
+
+def _arms(arms: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{p}@{b}" for p, b in arms)
+
+
+def quarantine(directory: Path, damage: list[Damage]) -> None:
     """Move damaged sample files to `damaged/` (kept for inspection, never read) and drop their index
     entries, so a resumed run decodes their groups again; rewrite a damaged index without bad lines."""
-    entries, index_damage = read_index(run)
+    directory = Path(directory)
+    entries, index_damage = read_index(directory)
     for item in damage:
-        if not item.file.startswith("samples/"):
+        if not item.file.startswith(f"{SAMPLES_DIR}/"):
             continue
-        name = item.file.removeprefix("samples/")
-        source = run.samples_dir / name
+        name = item.file.removeprefix(f"{SAMPLES_DIR}/")
+        source = directory / SAMPLES_DIR / name
         if source.exists():
-            (run.path / DAMAGED_DIR).mkdir(exist_ok=True)
-            os.replace(source, run.path / DAMAGED_DIR / f"{name}.{len(list((run.path / DAMAGED_DIR).iterdir()))}")
+            (directory / DAMAGED_DIR).mkdir(exist_ok=True)
+            os.replace(source, directory / DAMAGED_DIR / f"{name}.{len(list((directory / DAMAGED_DIR).iterdir()))}")
         if name in entries:
-            append_index(run, {"file": name, "removed": item.problem})
+            append_index(directory, {"file": name, "removed": item.problem})
             del entries[name]
     if index_damage:
-        temp = run.path / f".tmp-{INDEX_FILE}"
+        temp = directory / f".tmp-{INDEX_FILE}"
         temp.write_text("".join(json.dumps(e, sort_keys=True, separators=(",", ":")) + "\n"
                                 for e in entries.values()), encoding="utf-8")
-        os.replace(temp, run.path / INDEX_FILE)
+        os.replace(temp, directory / INDEX_FILE)
 
 
-def damage_message(run: RunDir, damage: list[Damage]) -> str:
+def damage_message(directory: Path, damage: list[Damage]) -> str:
     """One line for commands that refuse a damaged run (report, gate)."""
     more = f" and {len(damage) - 1} more" if len(damage) > 1 else ""
-    return (f"{run.path} is damaged: {damage[0].line()}{more}; `spotbench verify {run.path}` lists every "
+    return (f"{directory} is damaged: {damage[0].line()}{more}; `spotbench verify {directory}` lists every "
             "problem, and re-running the run's command recomputes damaged groups")

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from harness.bootstrap import interval, resampled_speedups, versus_best
-from harness.results import arrow_schema
+from harness.schema import arrow_schema
 
 SUMMARY_KEY = ("model", "proposer", "task", "temperature", "rule", "budget")
 CELL_KEY = ("model", "task", "temperature", "rule", "budget")

@@ -2,7 +2,9 @@
 
 Exit status: 0 when every check passes, 1 with a table of the failing checks otherwise, 2 for bad
 input: a path that is not a run directory or a summary, a damaged run (`spotbench verify` lists the
-damage), or two runs whose settings that change results differ (without --allow-config-diff).
+damage), a baseline whose digest is not the one given with --baseline-digest, or two runs whose
+settings that change results (checkpoint, proposer and data bytes among them) differ (without
+--allow-config-diff).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("gate", help="compare a run with a baseline run; exit 1 on a regression")
     parser.add_argument("run_dir", help="run directory (spotbench run --output)")
     parser.add_argument("--baseline", required=True, help="baseline run directory or its summary.parquet")
+    parser.add_argument("--baseline-digest", help="the baseline run's digest as a release recorded it (spotbench "
+                                                  "run and verify print it): refuse any other baseline")
     parser.add_argument("--accept-fraction", type=float, default=default.accept_fraction,
                         help="mean_accept_len must be at least this fraction of the baseline's")
     parser.add_argument("--nfe-band", type=float, default=default.nfe_band,
@@ -33,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from harness.gate import Thresholds, config_warning, gate, load_summary, render
+    from harness.gate import Thresholds, check_digest, config_warning, gate, load_summary, render
     from harness.validation import Fraction, NonNegative, check_value
 
     # thresholds first: nan, a fraction above 1, a negative band or z would fail a run against itself
@@ -41,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
                             check_value(NonNegative, args.nfe_band, "--nfe-band"),
                             check_value(NonNegative, args.wall_band, "--wall-band"),
                             check_value(NonNegative, args.z, "--z"))
+    if args.baseline_digest is not None:
+        check_digest(args.baseline, args.baseline_digest)
     run_summary, baseline = load_summary(args.run_dir), load_summary(args.baseline)
     warning = config_warning(run_summary, baseline, args.allow_config_diff)
     if warning:

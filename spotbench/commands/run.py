@@ -58,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from cluster.suite import build_suite, check_prompts_fit, check_storable, load_suite
     from harness.lm_eval_results import write_results_json
     from harness.report import write_report
+    from harness.store import run_digest
+    from tasks.registry import check_scorers
 
     settings = load_suite(args.suite) if args.suite else {}
     suite = build_suite(settings, {
@@ -72,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     })
     check_storable(suite)
     check_prompts_fit(suite)
+    check_scorers(suite.tasks)  # a broken code sandbox would score every program wrong
     output = args.output or str(Path("runs") / (Path(args.suite).stem if args.suite else "default"))
     try:
         result = run_suite(suite, output, address=args.address, progress=not args.no_progress)
@@ -83,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"run directory: {result.run_dir.path}  (groups written {result.written}, "
           f"already done {result.skipped}, workers {result.workers}); report: {report}")
     print(render_summary(result.summary.to_pylist(), TRANSFER_COLUMNS if args.transfer else COLUMNS))
+    print(f"digest {run_digest(result.run_dir.path)}  (pins this run: spotbench verify prints it, "
+          "spotbench gate --baseline-digest checks it)")
     return 0
 
 

@@ -1,8 +1,10 @@
-"""`spotbench verify RUN_DIR`: check every sample file of a run against its index and schema.
+"""`spotbench verify RUN_DIR`: check every sample file of a run against its index, its own rows and the
+manifest, and a complete run's summary against its rows (`harness.store`).
 
-Exit status: 0 when every file is intact (one summary line), 1 with one line per damaged, missing or
-duplicated file (`harness.store`), 2 for bad input (not a run directory, an unreadable manifest, a
-run of another schema version). `run` (on resume), `report` and `gate` run the same checks.
+Exit status: 0 when every file is intact (one summary line and, for a complete run, its digest), 1
+with one line per damaged, missing, misfiled or duplicated file or record, 2 for bad input (not a
+run directory, an unreadable manifest, a run of another schema version). `run` (on resume),
+`report` and `gate` run the same checks.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.results import RunDir
+    from harness.store import run_digest
 
     directory = RunDir.existing(args.run_dir)
     verification = directory.verify()
@@ -26,6 +29,10 @@ def run(args: argparse.Namespace) -> int:
     if verification.damage:
         return 1
     rows = sum(t.num_rows for t in verification.parts.values())
+    status = directory.manifest().get("status")
     print(f"{directory.path}: ok: {len(verification.done_arms())} groups in {len(verification.parts)} files, "
-          f"{rows} rows, each once (sha256 and Parquet page checksums match)")
+          f"{rows} rows, each once (sha256 and Parquet page checksums match)"
+          + (", summary recomputed from the rows" if status == "complete" else f"; status {status}"))
+    if status == "complete":
+        print(f"digest {run_digest(directory.path)}")
     return 0

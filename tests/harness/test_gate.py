@@ -24,7 +24,9 @@ def rows() -> list[dict]:
 
 
 def write_run(path, rows, status="complete", config=SUITE.config()) -> str:
-    run = RunDir.open(path, config, [0])
+    """A run directory of `rows` under `config` (each prompt of the arith split it holds, as a run of
+    `config` on a 4-prompt split would)."""
+    run = RunDir.open(path, config, [0], split_sizes={"arith": len({r["sample_id"] for r in rows})})
     groups: dict[str, list] = {}
     for row in rows:
         groups.setdefault(group_id(row), []).append(row)
@@ -86,7 +88,7 @@ def test_bad_paths_are_exit_2(tmp_path, capsys) -> None:
 def test_runs_of_other_settings_are_refused_unless_allowed(tmp_path, rows, capsys) -> None:
     base = write_run(tmp_path / "base", rows)
     other = SUITE.config() | {"limit": 5, "seeds": [0, 1]}
-    run = write_run(tmp_path / "run", rows, config=other)
+    run = write_run(tmp_path / "run", rows + [r | {"seed": 1} for r in rows], config=other)
     assert main(["gate", run, "--baseline", base]) == 2
     err = capsys.readouterr().err.strip()
     assert "differ in settings that change results: limit (5 vs 4), seeds ([0, 1] vs [0])" in err
@@ -97,7 +99,7 @@ def test_runs_of_other_settings_are_refused_unless_allowed(tmp_path, rows, capsy
     captured = capsys.readouterr()
     assert captured.err.startswith("spotbench: warning: ") and "gate: PASS" in captured.out
     # arms are matched by key: another budget list is a missing arm, not a refusal
-    more = write_run(tmp_path / "more", rows, config=SUITE.config() | {"budgets": [4, 8]})
+    more = write_run(tmp_path / "more", rows + [r | {"budget": 8} for r in rows], config=SUITE.config() | {"budgets": [4, 8]})
     assert main(["gate", more, "--baseline", base]) == 0
 
 

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slow  # a run's worth of decoding (seconds each on a lo
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> RunDir:
-    run = RunDir.open(tmp_path_factory.mktemp("lm_eval") / "run", SUITE.config(), [0])
+    run = RunDir.open(tmp_path_factory.mktemp("lm_eval") / "run", SUITE.config(), [0],
+                      split_sizes={"arith": SUITE.limit})
     evaluator = Evaluator(SUITE)
     for sample in get_task("arith").load("test", limit=SUITE.limit):
         for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", sample, SUITE.groups())):

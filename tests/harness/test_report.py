@@ -18,7 +18,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> RunDir:
-    run = RunDir.open(tmp_path_factory.mktemp("report") / "run", SUITE.config(), [0])
+    run = RunDir.open(tmp_path_factory.mktemp("report") / "run", SUITE.config(), [0], split_sizes={"arith": 2})
     evaluator = Evaluator(SUITE)
     for sample in get_task("arith").load("test", limit=2):
         for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", sample, SUITE.groups())):

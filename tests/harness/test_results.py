@@ -190,7 +190,7 @@ def test_exact_mode_rows_are_float64_and_exact() -> None:
 
 def test_any_noise_seed_is_stored_exactly(tmp_path, groups) -> None:
     """The seed column is uint64: seeds at and above 2**63 (which the noise takes) round-trip."""
-    run = RunDir.open(tmp_path / "run", SUITE.config(), [2**64 - 1])
+    run = RunDir.open(tmp_path / "run", SUITE.config() | {"seeds": [2**64 - 1]}, [2**64 - 1])
     rows = [dataclasses.replace(r, seed=2**64 - 1) for r in groups[0]]
     assert run.write_group(rows)
     assert set(run.read_rows().column("seed").to_pylist()) == {2**64 - 1}

@@ -4,8 +4,10 @@ Each damage test starts from a copy of one clean complete run; the clean copy ve
 a check that flags everything would fail the control, and one that flags nothing fails the rest."""
 
 import dataclasses
+import hashlib
 import json
 import shutil
+import subprocess
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,8 +16,9 @@ import pytest
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
 from harness.errors import UserError
-from harness.results import SCHEMA_VERSION, RunDir
-from harness.store import INDEX_FILE, read_parquet
+from harness import store
+from harness.results import ROW_SCHEMA, SCHEMA_VERSION, RunDir
+from harness.store import INDEX_FILE, read_parquet, run_digest, sha256_file
 from spotbench.cli import main
 from tasks.registry import get_task
 
@@ -24,7 +27,7 @@ SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence", "oracle"), 
 
 
 def _write(path, samples) -> RunDir:
-    run = RunDir.open(path, SUITE.config(), [0])
+    run = RunDir.open(path, SUITE.config(), [0], split_sizes={"arith": len(get_task("arith").load("test"))})
     evaluator = Evaluator(SUITE)
     for sample in samples:
         for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", sample, SUITE.groups())):
@@ -83,10 +86,142 @@ DAMAGE = {
 }
 
 
-def test_a_clean_run_verifies(clean, capsys) -> None:
+def test_a_clean_run_verifies_and_prints_the_digest_sha256sum_gives(clean, capsys) -> None:
     assert main(["verify", str(clean.path)]) == 0
-    assert capsys.readouterr().out.strip().endswith("2 groups in 2 files, 8 rows, each once (sha256 and Parquet "
-                                                    "page checksums match)")
+    summary, digest = capsys.readouterr().out.strip().splitlines()
+    assert summary.endswith("2 groups in 2 files, 8 rows, each once (sha256 and Parquet page checksums match), "
+                            "summary recomputed from the rows")
+    assert digest == f"digest {run_digest(clean.path)}"
+    # the recipe docs/runs.md gives, with coreutils: anyone can recompute the digest
+    listing = subprocess.run("LC_ALL=C sha256sum manifest.json index.jsonl samples/*.parquet summary.parquet",
+                             shell=True, cwd=clean.path, capture_output=True, check=True).stdout
+    assert hashlib.sha256(listing).hexdigest() == run_digest(clean.path)
+
+
+def _forge_index(run: RunDir, name: str, **changes) -> None:
+    """Rewrite the index line of sample file `name` (a forger keeping the index consistent)."""
+    lines = [json.loads(line) for line in (run.path / INDEX_FILE).read_text().splitlines()]
+    for line in lines:
+        if line["file"] == name:
+            line.update(changes)
+    (run.path / INDEX_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def _forge_manifest(run: RunDir, change) -> None:
+    manifest = json.loads(run.manifest_path.read_text())
+    change(manifest)
+    run.manifest_path.write_text(json.dumps(manifest))
+
+
+def _copy_over_another_group(run: RunDir) -> None:
+    first, second = sorted(run.samples_dir.glob("*.parquet"))
+    shutil.copy(first, second)
+    _forge_index(run, second.name, sha256=sha256_file(second))
+
+
+def _set(key, value):
+    return lambda manifest: manifest["config"].__setitem__(key, value)
+
+
+FORGERIES = {
+    "file copied over another group's, index updated": (
+        _copy_over_another_group, "not of the group it is indexed under (a file of another group in its place)"),
+    "file renamed to another group's name, index updated": (
+        lambda run: _rename_into_another_group(run), "its rows belong in samples/"),
+    "manifest limit raised": (lambda run: _forge_manifest(run, _set("limit", 3)),
+                              "index.jsonl: tiny-random:sdar/arith has 2 prompts, the config plans 3"),
+    "manifest limit lowered": (lambda run: _forge_manifest(run, _set("limit", 1)),
+                               "manifest.json: config says limit 1, and the rows hold 2 prompts"),
+    "manifest temperature added": (lambda run: _forge_manifest(run, _set("temperatures", [0.0, 1.0])),
+                                   "T=1 top1 seed 0 lacks every arm of the config the manifest records"),
+    "manifest temperature replaced": (lambda run: _forge_manifest(run, _set("temperatures", [1.0])),
+                                      "rows of temperature 0.0, which the run's config does not name"),
+    "manifest budget dropped": (lambda run: _forge_manifest(run, _set("budgets", [4])),
+                                "rows of budget 0, which the run's config does not name"),
+    "summary_sha256 removed": (lambda run: _forge_manifest(run, lambda m: m.pop("summary_sha256")),
+                               "manifest.json: a complete run's manifest without summary_sha256"),
+    "summary rewritten, its sha256 updated": (lambda run: _rewrite_summary(run),
+                                              "speedup_nfe is 100.0, its rows give"),
+    "manifest inputs edited": (lambda run: _forge_manifest(run, lambda m: m["inputs"]["checkpoints"].update(x="0" * 64)),
+                               "summary.parquet: its metadata's inputs differs from manifest.json's"),
+}
+
+
+def _rename_into_another_group(run: RunDir) -> None:
+    first, second = sorted(run.samples_dir.glob("*.parquet"))
+    entries = [json.loads(line) for line in (run.path / INDEX_FILE).read_text().splitlines()]
+    second_entry = next(e for e in entries if e["file"] == second.name)
+    second.unlink()
+    first.rename(second)  # the first group's rows under the second's name: the index keeps the first's group
+    _forge_index(run, second.name, sha256=sha256_file(second), group=next(
+        e for e in entries if e["file"] == first.name)["group"], label=second_entry["label"])
+    _forge_index(run, first.name, removed="forged")
+    with (run.path / INDEX_FILE).open("a") as index:
+        index.write(json.dumps({"file": first.name, "removed": "forged"}) + "\n")
+    _forge_manifest(run, lambda m: m.update(groups=1, rows=4))
+
+
+def _rewrite_summary(run: RunDir) -> None:
+    table = pq.read_table(run.summary_path)
+    rewrite(run.summary_path, lambda t: t.set_column(t.schema.get_field_index("speedup_nfe"), "speedup_nfe",
+                                                    pa.array([100.0] * t.num_rows)).replace_schema_metadata(
+        table.schema.metadata))
+    _forge_manifest(run, lambda m: m.update(summary_sha256=sha256_file(run.summary_path)))
+
+
+@pytest.mark.parametrize("kind", FORGERIES)
+def test_a_run_that_does_not_hold_what_its_manifest_says_is_caught(kind, clean, tmp_path, capsys) -> None:
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(clean.path, run.path)
+    forge, message = FORGERIES[kind]
+    forge(run)
+    assert main(["verify", str(run.path)]) == 1
+    out = capsys.readouterr().out
+    assert message in out and "digest" not in out, out
+    assert run_digest(run.path) != run_digest(clean.path)
+    assert main(["gate", str(run.path), "--baseline", str(clean.path)]) == 2
+    assert "is damaged" in capsys.readouterr().err
+
+
+def test_a_resumed_run_decodes_a_misfiled_group_again_and_counts_each_prompt_once(clean, tmp_path) -> None:
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(clean.path, run.path)
+    _copy_over_another_group(run)
+    before = run.verify()
+    assert len(before.parts) == 1 and len(before.damage) == 1
+    reopened = RunDir.open(run.path, SUITE.config(), [0])
+    verification = reopened.verify()
+    assert not verification.damage and len(verification.parts) == 1  # the misfiled copy is out, its group planned
+    assert len({r["sample_id"] for r in verification.rows(ROW_SCHEMA).to_pylist()}) == 1
+
+
+def test_a_deliberate_consistent_edit_passes_verify_and_only_the_digest_refuses_it(clean, tmp_path, capsys) -> None:
+    """What the checks cannot see: rows edited and every record made to agree. The digest pins it."""
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(clean.path, run.path)
+    first = sorted(run.samples_dir.glob("*.parquet"))[0]
+    table = read_parquet(first)
+    store.write_parquet(table.set_column(table.schema.get_field_index("spec_wall_s"), "spec_wall_s",
+                                         pa.array([w / 2 for w in table.column("spec_wall_s").to_pylist()])), first)
+    _forge_index(run, first.name, sha256=sha256_file(first))
+    run.update_manifest(status="running")  # the forger recomputes the summary and its sha256 too
+    run.write_summary()
+    run.update_manifest(status="complete")
+    assert main(["verify", str(run.path)]) == 0
+    forged_digest = capsys.readouterr().out.strip().splitlines()[-1].removeprefix("digest ")
+    recorded = run_digest(clean.path)
+    assert forged_digest != recorded
+    assert main(["gate", str(clean.path), "--baseline", str(run.path), "--baseline-digest", recorded]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("spotbench: error: ") and f"has digest {forged_digest}, not {recorded}" in err
+    assert err.count("\n") == 1
+    # negative control: the recorded baseline itself passes with its digest
+    assert main(["gate", str(clean.path), "--baseline", str(clean.path), "--baseline-digest", recorded]) == 0
+    capsys.readouterr()
+    for bad, why in ((recorded[:10], "is not a digest"), ("sha256:" + recorded, None)):
+        code = main(["gate", str(clean.path), "--baseline", str(clean.path), "--baseline-digest", bad])
+        assert code == (2 if why else 0) and (why is None or why in capsys.readouterr().err)
+    assert main(["gate", str(clean.path), "--baseline", str(clean.summary_path), "--baseline-digest", recorded]) == 0
 
 
 @pytest.mark.parametrize("kind", DAMAGE)
@@ -166,3 +301,27 @@ def test_page_checksums_are_written_and_checked_on_read(clean, tmp_path) -> None
         pytest.fail("no bit whose flip plain reading misses")
     with pytest.raises(OSError, match="CRC checksum verification failed"):
         read_parquet(path)
+
+
+def test_the_rule_of_autoregressive_rows_is_the_decoders() -> None:
+    from harness.decoding.autoregressive import AR_RULE
+
+    assert store.AR_RULE == AR_RULE
+
+
+def test_results_store_and_summary_share_the_schema_module_without_importing_each_other() -> None:
+    """harness.schema is imported by all three; store and summary import neither results nor each other
+    at module level (store reads the summary module only inside a check)."""
+    import ast
+    import inspect
+
+    import harness.schema
+    import harness.store
+    import harness.summary
+
+    for module, forbidden in ((harness.store, {"harness.results"}), (harness.summary, {"harness.results", "harness.store"}),
+                              (harness.schema, {"harness.results", "harness.store", "harness.summary"})):
+        tree = ast.parse(inspect.getsource(module))
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        assert not imported & forbidden, (module.__name__, imported & forbidden)
