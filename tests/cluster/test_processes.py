@@ -160,6 +160,28 @@ def test_address_runs_on_an_existing_ray_head_and_names_token_failures(tmp_path)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
+def test_a_token_driver_is_refused_by_a_cluster_without_authentication(tmp_path) -> None:
+    """Ray joins it and then every worker actor dies (three deaths per unit, a traceback): refused first."""
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text(secrets.token_hex(32))
+    temp_dir = tempfile.mkdtemp(prefix="rn", dir="/tmp")
+    head, port = start_head(ENV | {"RAY_AUTH_MODE": "disabled", "HOME": str(tmp_path)}, temp_dir)
+    try:
+        out = tmp_path / "run"
+        args = [SPOTBENCH, "run", *SMALL, "--limit", "1", "--output", str(out), "--address", f"127.0.0.1:{port}"]
+        refused = subprocess.run(args, env=ENV | {"RAY_AUTH_MODE": "token", "HOME": str(home)}, capture_output=True,
+                                 text=True, timeout=HANG_GUARD_S)
+        err = refused.stderr.strip()
+        assert refused.returncode == 2 and err.startswith("spotbench: error: RAY_AUTH_MODE=token is set, but the "
+                                                          f"Ray cluster at --address 127.0.0.1:{port} runs without "
+                                                          "token authentication"), err
+        assert "\n" not in err and not out.exists()
+    finally:
+        kill_group(head)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
 def test_a_local_run_is_isolated_from_stray_ray_clusters(tmp_path) -> None:
     # A stray head started the usual way (default temp dir, here a private one via RAY_TMPDIR), and
     # RAY_ADDRESS pointing at it: a plain ray.init() would join it.
