@@ -170,6 +170,10 @@ def gate(run: list[dict[str, Any]], baseline: list[dict[str, Any]], status: str 
             low, high = base[metric] * (1 - band), base[metric] * (1 + band)
             checks.append(Check(arm, metric, row[metric], base[metric], f"{low:.3f}..{high:.3f}",
                                 low <= row[metric] <= high))
+        if base["correct"] is None or row["accuracy"] is None:  # unscored prompts (token ids): no accuracy
+            checks.append(Check(arm, "accuracy", row["accuracy"], base["accuracy"], "not scored",
+                                row["accuracy"] is None and base["accuracy"] is None))
+            continue
         lower, _ = wilson_interval(base["correct"], base["n"], t.z)
         checks.append(Check(arm, "accuracy", row["accuracy"], base["accuracy"], f">= {lower:.3f}",
                             row["accuracy"] >= lower))

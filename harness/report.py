@@ -130,10 +130,12 @@ def _nfe_per_token(summary: list[dict], colour: dict[str, str]) -> str:
 
 
 def _accuracy_charts(summary: list[dict]) -> str:
-    """Plain accuracy per (temperature, rule): every arm of a group shares its plain reference."""
+    """Plain accuracy per (temperature, rule): every arm of a group shares its plain reference. Tasks
+    without a reference (token-id prompts) have no accuracy and no chart."""
     groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for r in summary:
-        groups[(r["model"], r["task"])].setdefault(f"T={r['temperature']:g} {r['rule']}", r)
+        if r["correct"] is not None:
+            groups[(r["model"], r["task"])].setdefault(f"T={r['temperature']:g} {r['rule']}", r)
     charts = []
     for (model, task), by_setting in sorted(groups.items()):
         bars = [(label, f"{label}: {r['correct']} of {r['n']}", r["accuracy"], "#7f7f7f",
@@ -225,7 +227,7 @@ def _accuracy_table(summary: list[dict]) -> str:
             "<th>mean accept len</th><th>speedup nfe (95% over prompts)</th><th>speedup wall</th>"
             "<th>stale hit rate</th></tr>")
     body = "".join(
-        f"<tr><td>{_e(_arm(r))}</td><td>{r['n']}</td><td>{r['accuracy']:.1%}</td><td>{r['spec_accuracy']:.1%}</td>"
+        f"<tr><td>{_e(_arm(r))}</td><td>{r['n']}</td><td>{_pct(r['accuracy'])}</td><td>{_pct(r['spec_accuracy'])}</td>"
         f"<td>{r['mean_accept_len']:.2f}</td><td>{r['speedup_nfe']:.2f}x{_interval(r.get('speedup_nfe_ci95'))}</td>"
         f"<td>{_x(r['speedup_wall'])}</td>"
         f"<td>{_pct(r['stale_hit_rate'])}</td></tr>" for r in summary)

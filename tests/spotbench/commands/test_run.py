@@ -103,3 +103,33 @@ def test_the_transfer_view_shows_learned_arms_against_the_best_baseline_and_the_
     learned = next(r for r in summary if r["proposer"] == "spot")
     assert f"{learned['vs_best_baseline']:.3f}" in spot and "confidence" in spot and "sdar-a" in spot
     assert len(lines) == 3
+
+
+@pytest.mark.slow  # a run on local Ray workers
+def test_a_run_of_token_id_prompts_on_a_folder_without_tokenizer_completes_with_its_report(tmp_path, capsys) -> None:
+    """`run --models DIR --tasks ids:FILE.jsonl` (docs/checkpoints.md): unscored rows, so no accuracy
+    anywhere, and the report, results.json and the gate all take that."""
+    import json
+    import shutil
+
+    from harness.targets.zoo import model_dir
+
+    folder = tmp_path / "bare"  # a zoo checkpoint's config and weights, no tokenizer files
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(model_dir("sdar-a") / name, folder)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("[5, 6, 7, 8]\n[9, 10, 11]\n")
+    out = tmp_path / "run"
+    assert main(["run", "--models", str(folder), "--tasks", f"ids:{prompts}", "--proposers", "confidence",
+                 "--temperatures", "0", "--budgets", "4", "--gen-length", "16", "--block-length", "8",
+                 "--workers", "1", "--no-progress", "--output", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert (out / "report.html").is_file() and "digest " in stdout
+    results = json.loads((out / "results.json").read_text())
+    [arm] = results["results"].values()
+    assert "exact_match,none" not in arm and arm["lossless,none"] == 1.0
+    assert "Accuracy" in (out / "report.html").read_text()
+    assert main(["verify", str(out)]) == 0
+    assert main(["gate", str(out), "--baseline", str(out), "--all"]) == 0
+    assert "not scored" in capsys.readouterr().out
