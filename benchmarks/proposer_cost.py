@@ -3,17 +3,18 @@
 Decodes a few arith and GSM8K test prompts speculatively with SPOT (the zoo checkpoint) on every zoo
 target and budget, and prints per (target, T, budget), per speculative pass: the target's time, the
 proposer's time and `ratio` (proposer / target), the network calls and rows of the batched search
-(proposers/spot_tree.py), and, in the same process on the same requests, the time of the search it
+(proposers/spot/tree.py), and, in the same process on the same requests, the time of the search it
 replaced (one network call per expanded node, batch 1: `reference_tree` of
-tests/proposers/test_spot_tree.py, the reference the tests compare trees with). Both searches run on
+tests/proposers/spot/test_tree.py, the reference the tests compare trees with). Both searches run on
 every request, alternating which goes first; `same` counts the drafted passes whose trees are
 identical (the batched tree drives the decode). Passes include the first pass of each block, where a
 block-causal target has no stale view and nothing is drafted.
 
-With `--before REV`, SPOT's network and search as of revision REV (proposers/spot.py, spot_tree.py
-and, where it exists, spot_kernels.py, compiled apart; the network built from that revision's class
-with the same weights) run on the same requests too, timed as `before` at the first lookahead, and
-`same` also requires their trees to equal this checkout's.
+With `--before REV`, SPOT's network and search as of revision REV (the modules of proposers/spot/,
+or in a revision from before the packages proposers/spot.py, spot_tree.py and, where it exists,
+spot_kernels.py; compiled apart, the network built from that revision's class with the same weights)
+run on the same requests too, timed as `before` at the first lookahead, and `same` also requires
+their trees to equal this checkout's.
 
 Clocks: `cpu` (default) is the process's CPU time, which other jobs on a shared machine disturb
 less than wall time (still by some 20% when its cores are oversubscribed); `wall` is what
@@ -27,6 +28,7 @@ decoding loop's cost, shared with the verifier.
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import subprocess
 import sys
@@ -40,8 +42,8 @@ import torch
 
 from harness.decoding import DecodeConfig, DraftRequest, DraftTree, parse_rule, speculative_decode
 from harness.targets.registry import load_target
-from proposers.spot import DEFAULT_LOOKAHEAD, SpotNet, zoo_spot
-from proposers.spot_tree import grow
+from proposers.spot.network import SpotNet, zoo_spot
+from proposers.spot.tree import DEFAULT_LOOKAHEAD, grow
 from tasks.base import prompt_ids
 from tasks.registry import get_task
 
@@ -50,43 +52,72 @@ CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time
 
 def load_reference() -> Callable[[SpotNet, DraftRequest], DraftTree]:
     """The batch-1 search, from the test that holds it (one copy of the old algorithm)."""
-    path = Path(__file__).resolve().parents[1] / "tests" / "proposers" / "test_spot_tree.py"
+    path = Path(__file__).resolve().parents[1] / "tests" / "proposers" / "spot" / "test_tree.py"
     spec = importlib.util.spec_from_file_location("spot_tree_reference", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.reference_tree
 
 
-SEARCH_MODULES = ("spot_kernels", "spot", "spot_tree")
-"""The modules of SPOT's network and search that `--before` loads from another revision, in import order."""
+@dataclass(frozen=True)
+class Layout:
+    """Where SPOT's network and search live in a revision: the modules `--before` loads from it, in
+    import order (one missing from that revision is skipped), and the modules of this checkout its
+    code imports under another name."""
+
+    modules: tuple[str, ...]
+    network: str
+    tree: str
+    aliases: dict[str, str] = field(default_factory=dict)
+
+
+LAYOUTS = (
+    Layout(("proposers.spot.kernels", "proposers.spot.features", "proposers.spot.network", "proposers.spot.tree"),
+           "proposers.spot.network", "proposers.spot.tree"),
+    Layout(("proposers.spot_kernels", "proposers.spot", "proposers.spot_tree"), "proposers.spot", "proposers.spot_tree",
+           {"proposers.confidence": "proposers.baselines.confidence"}),
+)
+"""The package layout (proposers/spot/), then the flat one of older revisions (proposers/spot.py)."""
+
+
+def source_at(root: Path, revision: str, module: str) -> str | None:
+    path = module.replace(".", "/") + ".py"
+    shown = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=root, capture_output=True, text=True)
+    return None if shown.returncode else shown.stdout
 
 
 def search_at(revision: str, net: SpotNet) -> Callable[[DraftRequest, int], DraftTree]:
     """The tree search of `revision` on a network of that revision's class with `net`'s weights:
     its SPOT modules compiled apart, everything else (rules, tree types) from this checkout."""
     root = Path(__file__).resolve().parents[1]
+    layout = next((lay for lay in LAYOUTS if source_at(root, revision, lay.network) is not None), None)
+    if layout is None:
+        raise SystemExit(f"--before {revision}: no SPOT network in that revision")
     loaded: dict[str, types.ModuleType] = {}
-    saved = {name: sys.modules.get(f"proposers.{name}") for name in SEARCH_MODULES}
+    names = (*layout.modules, *layout.aliases)
+    saved = {name: sys.modules.get(name) for name in names}
     try:
-        for name in SEARCH_MODULES:
-            shown = subprocess.run(["git", "show", f"{revision}:proposers/{name}.py"], cwd=root,
-                                   capture_output=True, text=True)
-            if shown.returncode:
+        for alias, module in layout.aliases.items():
+            sys.modules[alias] = importlib.import_module(module)
+        for name in layout.modules:
+            source = source_at(root, revision, name)
+            if source is None:
                 continue  # not in that revision
-            module = types.ModuleType(f"proposers.{name}")
-            sys.modules[f"proposers.{name}"] = module  # later modules import this revision's
-            exec(compile(shown.stdout, f"{revision}:proposers/{name}.py", "exec"), module.__dict__)
+            module = types.ModuleType(name)
+            sys.modules[name] = module  # later modules import this revision's
+            exec(compile(source, f"{revision}:{name.replace('.', '/')}.py", "exec"), module.__dict__)
             loaded[name] = module
     finally:
         for name, module in saved.items():
             if module is None:
-                sys.modules.pop(f"proposers.{name}", None)
+                sys.modules.pop(name, None)
             else:
-                sys.modules[f"proposers.{name}"] = module
-    old_net = loaded["spot"].SpotNet(loaded["spot"].SpotConfig(**vars(net.config)))
+                sys.modules[name] = module
+    network = loaded[layout.network]
+    old_net = network.SpotNet(network.SpotConfig(**vars(net.config)))
     old_net.load_state_dict(net.state_dict())
     old_net.eval()
-    return lambda request, lookahead: loaded["spot_tree"].grow(old_net, request, lookahead)[0]
+    return lambda request, lookahead: loaded[layout.tree].grow(old_net, request, lookahead)[0]
 
 
 @dataclass

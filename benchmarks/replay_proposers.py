@@ -35,7 +35,8 @@ from harness.decoding.replay import replay
 from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
 from harness.targets.registry import load_target
 from proposers import build_proposer, check_arm_for_model
-from proposers.spot import SpotEnsemble, SpotNet, SpotProposer, load_spot
+from proposers.spot.network import SpotEnsemble, SpotNet, load_spot
+from proposers.spot.tree import SpotProposer
 from tasks.base import prompt_ids
 from tasks.registry import get_task
 
@@ -76,7 +77,7 @@ def main() -> None:
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--proposers", default="confidence,confidence-branch,spot")
     parser.add_argument("--checkpoints", default="", help="comma-separated SPOT checkpoint folders; "
-                        "DIR1+DIR2 is one arm, the ensemble of both (proposers.spot.SpotEnsemble)")
+                        "DIR1+DIR2 is one arm, the ensemble of both (proposers.spot.network.SpotEnsemble)")
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--stops", action="store_true", help="also print why each arm's passes stopped")

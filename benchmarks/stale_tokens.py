@@ -5,10 +5,10 @@ old (`argmax(logit/T + G(seed, s))` of that view, with the noise of the step s t
 position). This decodes prompts of `--split` (test by default) plainly, keeps the logits, and for
 every committed position and view age k = 1..--ages counts where that candidate is the committed
 token (TOP), where the runner-up under the same scores is (RUNNER_UP), and neither: the ceiling an
-order proposer works under, and the room a runner-up sibling has (proposers/spot.py, docs/spot.md).
+order proposer works under, and the room a runner-up sibling has (proposers/spot/tree.py, docs/spot.md).
 Where the view's greedy token (no noise) is a third token, `greedy` counts the commits that are that
 token and `greedy/neither` the share of such neither-cases it covers
-(`proposers.spot.GREEDY_SHARE_OF_NEITHER` is that share on training prompts).
+(`proposers.spot.features.GREEDY_SHARE_OF_NEITHER` is that share on training prompts).
 
     python benchmarks/stale_tokens.py --targets sdar-a --tasks arith,gsm8k --limit 40
     python benchmarks/stale_tokens.py --split train --limit 30 --temperatures 1
@@ -20,7 +20,7 @@ import argparse
 
 from harness.decoding import DecodeConfig, NoiseSource, parse_rule, plain_decode
 from harness.targets.registry import load_target
-from proposers.spot import StaleView, candidates
+from proposers.spot.features import StaleView, candidates
 from tasks.base import prompt_ids
 from tasks.registry import get_task
 

@@ -6,7 +6,7 @@ folder under zoo/proposers/). `spot-sets` is the zoo's SPOT-Sets checkpoint (sda
 zoo's Spiffy graph for sdar-a; `spiffy:DIR` any calibration folder (`spotbench calibrate-spiffy`),
 named the same way. `psi-linear:DIR` and `psi-tree:DIR` are Psi-Spec drafters (a folder written by
 `spotbench train-drafter`, or its name under zoo/drafters/) with optional settings after a second
-colon: `psi-linear:DIR:B=4`, `psi-tree:DIR:B=5,K=3,V=8` (proposers/psi_spec.py). Every command and
+colon: `psi-linear:DIR:B=4`, `psi-tree:DIR:B=5,K=3,V=8` (proposers/psi/proposer.py). Every command and
 suite names proposers this way, so a study of many checkpoints is one run:
 `--proposers confidence,spot,spot:zoo/proposers/spot-sdar-a`.
 
@@ -39,13 +39,16 @@ from harness.targets.ar import ARTarget
 from harness.targets.registry import target_kind
 from harness.targets.target import DLMTarget
 from harness.targets.zoo import ZOO_DIR, model_dir, zoo_names
-from proposers import psi_spec, spot_sets
-from proposers.confidence import ConfidenceProposer
-from proposers.draft_model import build_draft_model, check_draft_fits, check_draft_name
-from proposers.oracle import AROracleProposer, OracleProposer
-from proposers.prompt_lookup import PromptLookupProposer
-from proposers.spiffy import DEFAULT_GRAPH, GRAPH_FILE, SpiffyCalibration, SpiffyProposer, load_calibration
-from proposers.spot import CONFIG_FILE, DEFAULT_CHECKPOINT, SpotNet, SpotProposer, load_spot
+from proposers.baselines.confidence import ConfidenceProposer
+from proposers.baselines.draft_model import build_draft_model, check_draft_fits, check_draft_name
+from proposers.baselines.oracle import AROracleProposer, OracleProposer
+from proposers.baselines.prompt_lookup import PromptLookupProposer
+from proposers.psi import proposer as psi
+from proposers.spiffy.draft_graph import DEFAULT_GRAPH, GRAPH_FILE, SpiffyCalibration, SpiffyProposer, load_calibration
+from proposers.spot.network import CONFIG_FILE, DEFAULT_CHECKPOINT, SpotNet, load_spot
+from proposers.spot.tree import SpotProposer
+from proposers.spot_sets import network as spot_sets
+from proposers.spot_sets.tree import SpotSetsProposer
 
 
 @dataclass(frozen=True)
@@ -133,13 +136,13 @@ PROPOSERS: dict[str, Family] = {
                           targets=("ar",), distributions=True),
     "spot": Family("learned", lambda arg, target, plain: SpotProposer(spot_net(spot_folder(arg), device_of(target))),
                    spot_trained_on),
-    "spot-sets": Family("learned", lambda arg, target, plain: spot_sets.SpotSetsProposer(
+    "spot-sets": Family("learned", lambda arg, target, plain: SpotSetsProposer(
         spot_sets_net(spot_sets_folder(arg), device_of(target)), spot_sets.load_calibration(spot_sets_folder(arg))),
         spot_sets_trained_on, check_spot_sets_fits, check_for_rule=check_spot_sets_rule),
-    **{name: Family("learned", functools.partial(lambda name, arg, target, plain: psi_spec.build_psi(name, arg, target),
-                                                 name), functools.partial(psi_spec.psi_trained_on, name),
-                    functools.partial(lambda name, arg, model, _: psi_spec.check_psi_fits(name, arg, model), name),
-                    targets=("ar",), distributions=name == "psi-linear") for name in psi_spec.OPTIONS},
+    **{name: Family("learned", functools.partial(lambda name, arg, target, plain: psi.build_psi(name, arg, target),
+                                                 name), functools.partial(psi.psi_trained_on, name),
+                    functools.partial(lambda name, arg, model, _: psi.check_psi_fits(name, arg, model), name),
+                    targets=("ar",), distributions=name == "psi-linear") for name in psi.OPTIONS},
 }
 
 

@@ -5,7 +5,7 @@ commit is depends on the target: how often a confidence just under tau crosses i
 how sure the argmax is. Calibration keeps the network and fits three numbers on the target's own
 plain threshold trajectories (zero-shot prompts, train splits only, at most 50; prompt k decodes
 with seed + k at every temperature): a scale and bias of the commit logits and a temperature of the
-argmax distribution (`proposers.spot_sets.Calibration`, by L-BFGS on the argmax and commit NLL).
+argmax distribution (`proposers.spot_sets.network.Calibration`, by L-BFGS on the argmax and commit NLL).
 DIR2 gets a copy of the checkpoint and `calibration.json` (the values, the NLL and accuracies
 before and after, provenance: target, rule and tau, prompts, seed, source checkpoint, git revision).
 Runs name it `spot-sets:DIR2` and refuse it for another model or tau. Deterministic; `--run-dir`
@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 @dataclass(frozen=True)
 class Settings:
-    """What the collection reads (`proposers.spot_sets_collection.Collecting`)."""
+    """What the collection reads (`proposers.spot_sets.collection.Collecting`)."""
 
     target: str
     rule: str
@@ -68,11 +68,11 @@ def run(args: argparse.Namespace) -> int:
     from harness.results import git_revision
     from harness.targets.registry import check_lengths_for, load_target, target_kind
     from proposers.registry import PROPOSERS, parse_proposer, spot_sets_folder
-    from proposers.spot_sets import (CALIBRATION_FILE, CONFIG_FILE, WEIGHTS_FILE, load_spot_sets, read_meta,
+    from proposers.spot_sets.network import (CALIBRATION_FILE, CONFIG_FILE, WEIGHTS_FILE, load_spot_sets, read_meta,
                                      threshold_tau)
-    from proposers.spot_sets_collection import SetViews, collect_all
+    from proposers.spot_sets.collection import SetViews, collect_all
     from harness.training.loop import save_state
-    from proposers.spot_sets_training import DATA_FILE, evaluate, fit_calibration
+    from proposers.spot_sets.training import DATA_FILE, evaluate, fit_calibration
     from spotbench.commands.calibrate_spiffy import calibration_set, load_prompts, temperatures
 
     torch.set_num_threads(1)

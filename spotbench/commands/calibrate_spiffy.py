@@ -1,7 +1,7 @@
 """`spotbench calibrate-spiffy`: count a target's commit patterns into a Spiffy draft graph.
 
 Each calibration prompt (zero-shot, train splits only) is decoded plainly with its logits kept, once
-per temperature (prompt k with seed + k); `proposers.spiffy.calibrate` names every commit by its
+per temperature (prompt k with seed + k); `proposers.spiffy.draft_graph.calibrate` names every commit by its
 (position rank, token rank) on the stale view and keeps the --nodes most frequent patterns as the
 graph. The folder gets `spiffy.json`: the graphs and their provenance (target, block and generation
 length, rule, temperatures, prompts, seed, git revision); runs name it `spiffy:DIR` and refuse it for
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.results import git_revision
     from harness.targets.families import FAMILIES
     from harness.targets.registry import check_lengths_for, load_target
-    from proposers.spiffy import SpiffyCalibration, calibrate
+    from proposers.spiffy.draft_graph import SpiffyCalibration, calibrate
 
     torch.set_num_threads(1)
     sources = calibration_set(args.tasks)

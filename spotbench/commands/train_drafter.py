@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from harness.errors import UserError
     from harness.targets.registry import load_target, target_kind
-    from proposers.psi_training import DrafterRecipe, train_drafter
+    from proposers.psi.training import DrafterRecipe, train_drafter
 
     recipe = DrafterRecipe.load(args.recipe, args.steps)
     if target_kind(recipe.base) != "ar":

@@ -2,7 +2,7 @@
 
 Everything is fixed by a recipe (YAML, see `zoo/proposers/`): target, train-split prompts (zero-shot),
 temperatures, model size and optimisation. A recipe that names a `rule` (threshold:TAU) trains
-SPOT-Sets on plain threshold trajectories (`proposers.spot_sets_training`), any other trains SPOT.
+SPOT-Sets on plain threshold trajectories (`proposers.spot_sets.training`), any other trains SPOT.
 Deterministic by seed; re-running resumes from the run folder. The checkpoint (safetensors + json
 with provenance) lands in `--out`.
 """
@@ -38,14 +38,16 @@ def run(args: argparse.Namespace) -> int:
     from harness.recipes import load_recipe
     from harness.targets.registry import load_target
     from harness.validation import Count, check_value, read_mapping
-    from proposers import spot_sets_training, spot_training
-    from proposers.spot_collection import recipe_jobs
+    from proposers.spot import training as spot_training
+    from proposers.spot.collection import recipe_jobs
+    from proposers.spot.recipe import SpotRecipe
+    from proposers.spot_sets import training as spot_sets_training
     from tasks.registry import train_prompts
 
     torch.set_num_threads(1)
     sets = "rule" in read_mapping(args.recipe, "recipe")
     kind, train = ((spot_sets_training.SpotSetsRecipe, spot_sets_training.train) if sets
-                   else (spot_training.SpotRecipe, spot_training.train))
+                   else (SpotRecipe, spot_training.train))
     recipe = load_recipe(kind, args.recipe, {"steps": args.steps})
     workers = check_value(Count, args.workers, "--workers")
     out = Path(args.out)

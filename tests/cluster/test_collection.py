@@ -11,8 +11,8 @@ import torch
 
 from cluster.ordered import map_in_order
 from harness.targets.registry import load_target
-from proposers.spot_collection import collect_all, recipe_jobs
-from proposers.spot_training import SpotRecipe
+from proposers.spot.collection import collect_all, recipe_jobs
+from proposers.spot.recipe import SpotRecipe
 from tasks.registry import train_prompts
 
 pytestmark = pytest.mark.slow
@@ -42,7 +42,7 @@ def test_ray_workers_collect_exactly_what_one_process_collects():
 def test_an_address_sends_the_collection_to_that_ray_cluster(monkeypatch):
     import ray
 
-    from proposers import spot_collection
+    from proposers.spot import collection as spot_collection
 
     recipe, target, jobs = recipe_and_jobs(10)
     alone = collect_all(recipe, target, jobs)[0]

@@ -21,7 +21,7 @@ from harness.results import ROW_SCHEMA, Row, RunDir
 from harness.summary import summarize
 from harness.targets.registry import load_target
 from proposers import build_proposer
-from proposers.prompt_lookup import PromptLookupProposer
+from proposers.baselines.prompt_lookup import PromptLookupProposer
 from tasks.registry import get_task
 
 SUITE = Suite(models=("tiny-random-ar",), proposers=("draft-model:tiny-random-ar", "draft-model:tiny-random-ar:1"),

@@ -13,7 +13,7 @@ from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
 from harness.results import ROW_SCHEMA
 from harness.summary import percentiles, summarize
-from proposers.spot import SpotConfig, SpotNet, save_spot
+from proposers.spot.network import SpotConfig, SpotNet, save_spot
 from tasks.registry import get_task
 
 

@@ -96,7 +96,7 @@ def test_sampling_uses_the_noise_of_each_absolute_position():
 def psi_drafter() -> str:
     """A Psi-Spec drafter folder for tiny-random-ar (LoRA at its zero init: the drafts are what the
     base says at noise tokens)."""
-    from proposers.psi_lora import GatedLoRAModel, save_drafter, weights_hash
+    from proposers.psi.lora import GatedLoRAModel, save_drafter, weights_hash
 
     folder, base = tempfile.mkdtemp(prefix="psi-drafter-"), load_target("tiny-random-ar").model
     save_drafter(GatedLoRAModel(base, 4, 8.0), Path(folder),

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from spotbench.cli import main
-from proposers.spot import CONFIG_FILE, WEIGHTS_FILE
+from proposers.spot.network import CONFIG_FILE, WEIGHTS_FILE
 
 RECIPE = """name: t
 target: tiny-random:sdar

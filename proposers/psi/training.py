@@ -1,0 +1,239 @@
+"""Uno's diffusion distillation of a gated-LoRA drafter (`spotbench train-drafter RECIPE --out DIR`).
+
+Each training sequence is laid out as [clean prompt + response ; noisy copy of the response] and
+evaluated in ONE forward with a block mask: clean rows are causal over clean rows (gate off: the
+frozen base model, bitwise); the noisy copy is cut into blocks of k positions (a random offset per
+sequence, so every alignment is seen) and a noisy row at position q, in the block starting at a,
+sees the clean rows before a and the noisy rows of its own block (gate on), which is the draft
+forward's layout at inference (`proposers.psi.proposer.draft_block`: the pending row is clean position
+a - 1). Noisy tokens are uniform over the vocabulary. The noisy row at q learns the distribution of
+the token at q + 1 from the teacher, the same forward's clean row at q, detached: total variation
+sum_v |p_student - p_teacher| per response position. Clean rows depend on no trainable weight, so
+the backward pass only runs through the noisy rows. The block size follows the curriculum (e.g.
+2 -> 4 -> 8, equal shares of the steps).
+
+Train splits only (the command reads them: prompts as the task builds them for the base, through its
+chat template when it has one; responses are the reference answers); the first `validation_prompts` prompts are held out
+and decoded with linear Psi-Spec at some checkpoints, T=0, so the learning curve is the mean tokens
+per verify forward (tau). Deterministic by seed; the run state is saved every `checkpoint_every`
+steps in the output folder, so re-running the command resumes (bit-identically), and removed when
+the drafter is written: the folder then holds only the LoRA weights and `drafter.json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from harness.decoding.autoregressive import ARConfig, ar_decode
+from harness.errors import UserError
+from harness.recipes import load_recipe
+from harness.targets.ar import ARTarget
+from harness.training.loop import load_state, next_batch, optimizer_step, save_state, warmup_cosine
+from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text, listed
+from proposers.psi.lora import META_FILE, GatedLoRAModel, save_drafter, weights_hash
+from proposers.psi.proposer import PsiLinear
+
+STATE_FILE = "train_state.pt"
+
+
+@dataclass(frozen=True)
+class DrafterRecipe:
+    """Field types are the recipe's schema (harness/validation.py)."""
+
+    name: Text
+    base: Text
+    """The target whose weights the drafter is distilled from (a name `load_target` knows)."""
+    tasks: listed(Text)
+    seed: NonNegativeInt = 0
+    rank: Count = 8
+    alpha: Positive = 16.0
+    curriculum: listed(Count) = (2, 4, 8)
+    """Noisy block sizes, each for an equal share of the steps; the last bounds B - 1 at inference."""
+    steps: Count = 300
+    batch_size: Count = 8
+    learning_rate: Positive = 1e-3
+    warmup_steps: NonNegativeInt = 20
+    weight_decay: NonNegative = 0.0
+    grad_clip: Positive = 1.0
+    prompt_max_tokens: Count = 256
+    response_max_tokens: Count = 64
+    """Longer responses are cut (the first tokens of an answer are where drafting starts)."""
+    train_examples: NonNegativeInt = 0
+    """At most this many training sequences (0: the whole train splits); the command then reads only
+    the first `validation_prompts + train_examples` samples of each task."""
+    checkpoint_every: Count = 25
+    validation_prompts: NonNegativeInt = 8
+    validation_every: Count = 100
+    validation_width: Count = 8
+    validation_gen_length: Count = 64
+
+    @staticmethod
+    def load(path: str | Path, steps: int | None = None) -> DrafterRecipe:
+        return load_recipe(DrafterRecipe, path, {"steps": steps})
+
+
+@dataclass(frozen=True)
+class Sequence:
+    prompt: list[int]
+    response: list[int]
+
+
+def training_data(recipe: DrafterRecipe, pairs: list[tuple[list[int], list[int]]], eos_id: int
+                  ) -> tuple[list[Sequence], list[list[int]]]:
+    """(training sequences, held-out validation prompts) from (prompt ids, response ids) pairs of
+    train splits, in the tasks' order: the first `validation_prompts` are held out, the rest are cut,
+    filtered and shuffled by the recipe's seed."""
+    sequences = [Sequence(prompt, response[: recipe.response_max_tokens - 1] + [eos_id])
+                 for prompt, response in pairs if len(prompt) <= recipe.prompt_max_tokens]
+    validation = [s.prompt for s in sequences[: recipe.validation_prompts]]
+    training = sequences[recipe.validation_prompts :]
+    random.Random(recipe.seed).shuffle(training)
+    if recipe.train_examples:
+        training = training[: recipe.train_examples]
+    if len(training) < recipe.batch_size:
+        raise UserError(f"recipe {recipe.name}: only {len(training)} training sequences for batch size {recipe.batch_size}")
+    return training, validation
+
+
+@dataclass
+class Layout:
+    ids: Tensor  # [N, T]
+    positions: Tensor  # [N, T]
+    allowed: Tensor  # [N, T, T] bool
+    gate: Tensor  # [N, T] bool: noisy rows
+    teacher: Tensor  # [M, 2] (sequence, row) of the clean rows teaching
+    student: Tensor  # [M, 2] ... and of the noisy rows learning, pairwise
+
+
+def layout(batch: list[Sequence], block: int, vocab_size: int, pad_id: int, generator: torch.Generator) -> Layout:
+    """[clean ; noisy] rows of each sequence, right-padded, with the block mask (module docstring)."""
+    parts = []
+    for seq in batch:
+        clean = seq.prompt + seq.response
+        start, length = len(seq.prompt), len(clean)
+        count = length - 1 - start  # noisy rows stand for positions start .. length - 2
+        offset = int(torch.randint(block, (1,), generator=generator))
+        q = torch.arange(start, start + count)
+        block_start = (start + (q - start + offset) // block * block - offset).clamp(min=start)
+        noise = torch.randint(vocab_size, (count,), generator=generator)
+        parts.append((clean, q, block_start, noise))
+    total = max(len(c) + q.numel() for c, q, _, _ in parts)
+    n = len(batch)
+    ids = torch.full((n, total), pad_id, dtype=torch.long)
+    positions = torch.zeros(n, total, dtype=torch.long)
+    allowed = torch.zeros(n, total, total, dtype=torch.bool)
+    gate = torch.zeros(n, total, dtype=torch.bool)
+    teacher, student = [], []
+    for row, (clean, q, block_start, noise) in enumerate(parts):
+        length, count = len(clean), q.numel()
+        ids[row, :length] = torch.tensor(clean)
+        ids[row, length : length + count] = noise
+        positions[row, :length] = torch.arange(length)
+        positions[row, length : length + count] = q
+        allowed[row, :length, :length] = torch.ones(length, length, dtype=torch.bool).tril()
+        noisy = slice(length, length + count)
+        allowed[row, noisy, :length] = torch.arange(length)[None, :] < block_start[:, None]
+        allowed[row, noisy, noisy] = block_start[:, None] == block_start[None, :]
+        gate[row, noisy] = True
+        padding = torch.arange(length + count, total)
+        allowed[row, padding, padding] = True
+        teacher += [(row, int(p)) for p in q]
+        student += [(row, length + j) for j in range(count)]
+    return Layout(ids, positions, allowed, gate, torch.tensor(teacher), torch.tensor(student))
+
+
+def tv_loss(drafter: GatedLoRAModel, batch: Layout) -> Tensor:
+    """Mean over response positions of sum_v |p_student - p_teacher|, one forward (module docstring)."""
+    dtype = drafter.model.get_output_embeddings().weight.dtype
+    mask = torch.zeros(batch.allowed.shape, dtype=dtype).masked_fill(~batch.allowed, torch.finfo(dtype).min)
+    hidden = drafter.hidden(batch.gate, input_ids=batch.ids, position_ids=batch.positions,
+                            attention_mask=mask[:, None])
+    head = drafter.model.get_output_embeddings()
+    with torch.no_grad():
+        teacher = head(hidden[batch.teacher[:, 0], batch.teacher[:, 1]]).float().softmax(-1)
+    student = head(hidden[batch.student[:, 0], batch.student[:, 1]]).float().softmax(-1)
+    return (student - teacher).abs().sum(-1).mean()
+
+
+def block_size(recipe: DrafterRecipe, step: int) -> int:
+    return recipe.curriculum[min(len(recipe.curriculum) - 1, step * len(recipe.curriculum) // recipe.steps)]
+
+
+def validate(drafter: GatedLoRAModel, target: ARTarget, prompts: list[list[int]], recipe: DrafterRecipe) -> dict:
+    """Linear Psi-Spec at width `validation_width`, T=0, on the held-out prompts: tau (tokens per
+    verify forward) and tokens per target-network forward (draft forwards counted)."""
+    drafter.eval()
+    commits = nfe = forwards = 0
+    for prompt in prompts:
+        generation = ar_decode(target, prompt, PsiLinear(drafter, recipe.validation_width),
+                               ARConfig(recipe.validation_gen_length), recipe.validation_width)
+        commits += generation.metrics.commits
+        nfe += generation.metrics.nfe
+        forwards += generation.metrics.target_forwards
+    drafter.train()
+    return {"tau": commits / max(1, nfe), "tokens_per_target_forward": commits / max(1, forwards)}
+
+
+def train_drafter(recipe: DrafterRecipe, target: ARTarget, pairs: list[tuple[list[int], list[int]]],
+                  out_dir: Path) -> dict:
+    """Train (or resume) into `out_dir` on (prompt ids, response ids) pairs of train splits (the
+    caller reads the tasks); returns the drafter's metadata (also written to drafter.json)."""
+    if (out_dir / META_FILE).is_file() and not (out_dir / STATE_FILE).exists():
+        raise UserError(f"{out_dir} already holds a finished drafter; use a new --out folder")
+    training, validation = training_data(recipe, pairs, target.eos_id)
+    torch.manual_seed(recipe.seed)
+    drafter = GatedLoRAModel(target.model, recipe.rank, recipe.alpha)
+    parameters = list(drafter.lora_state().values())
+    optimizer = torch.optim.AdamW(parameters, lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
+    noise = torch.Generator().manual_seed(recipe.seed + 1)
+    order = torch.Generator().manual_seed(recipe.seed + 2)
+    step, permutation, cursor, curve, seconds = 0, torch.randperm(len(training), generator=order), 0, [], 0.0
+    state = load_state(out_dir / STATE_FILE, recipe, "use a new --out folder")
+    if state is not None:
+        drafter.load_lora(state["lora"])
+        optimizer.load_state_dict(state["optimizer"])
+        noise.set_state(state["noise"])
+        order.set_state(state["order"])
+        step, permutation, cursor, curve, seconds = (state[k] for k in ("step", "permutation", "cursor", "curve",
+                                                                        "seconds"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    drafter.train()
+    progress = tqdm(total=recipe.steps, initial=step, desc=f"train-drafter {recipe.name}", unit="step")
+    losses: list[float] = []
+    while step < recipe.steps:
+        began = time.perf_counter()
+        chosen, permutation, cursor = next_batch(training, permutation, cursor, recipe.batch_size, order)
+        batch = layout(chosen, block_size(recipe, step), target.vocab_size, target.tokenizer.pad_token_id or 0, noise)
+        loss = tv_loss(drafter, batch)
+        lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
+        optimizer_step(optimizer, parameters, loss, lr, recipe.grad_clip)
+        step += 1
+        losses.append(loss.item())
+        seconds += time.perf_counter() - began
+        progress.update(1)
+        progress.set_postfix(loss=f"{loss.item():.3f}")
+        if step % recipe.validation_every == 0 or step == recipe.steps:
+            point = {"step": step, "block": block_size(recipe, step - 1), "train_tv": sum(losses) / len(losses)}
+            curve.append(point | validate(drafter, target, validation, recipe))
+            progress.write(str(curve[-1]))
+            losses = []
+        if step % recipe.checkpoint_every == 0 or step == recipe.steps:
+            save_state(out_dir / STATE_FILE, dict(
+                recipe=dataclasses.asdict(recipe), lora=drafter.lora_state(), optimizer=optimizer.state_dict(),
+                noise=noise.get_state(), order=order.get_state(), step=step, permutation=permutation, cursor=cursor,
+                curve=curve, seconds=seconds))
+    progress.close()
+    meta = {"recipe": dataclasses.asdict(recipe), "base": recipe.base, "base_hash": weights_hash(target.model),
+            "rank": recipe.rank, "alpha": recipe.alpha, "max_block": max(recipe.curriculum), "steps": step,
+            "train_sequences": len(training), "train_seconds": round(seconds, 1), "curve": curve}
+    save_drafter(drafter, out_dir, meta)
+    (out_dir / STATE_FILE).unlink()
+    return meta

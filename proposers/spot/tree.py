@@ -1,0 +1,319 @@
+"""SPOT's proposer and its draft tree: best-first by path probability, with few, batched network calls.
+
+`SpotProposer` grows a general tree best-first by the probability that the verifier walks a path
+(position times token, multiplied along it) up to the budget. The token at a drafted position is the
+stale view's candidate under the same rule as the target's (`argmax(logit/T + G(seed, s + depth))`,
+mask excluded), so with coupled noise a right order is accepted at any temperature; where the token
+head expects the target's logits to have moved, the runner-up under the same noise is drafted as a
+sibling, and at T > 0 so is the stale greedy token where it is a third token. The verifier decides
+what is committed, so SPOT is lossless by construction whatever the network outputs.
+
+Scope: SPOT orders single commits, i.e. the `top1` rule. Under a threshold rule a node commits a set;
+there SPOT delegates to the confidence chain (the rule simulated on the stale logits), and SPOT-Sets
+is left to its own proposer (proposers/spot_sets/). Without a stale view (first pass of a block on
+block-causal targets) it drafts nothing.
+
+What the tree is: from the root, the network scores every next
+commit (position times token choice); the frontier holds every scored but undrafted child; the best
+one (-log P(path walked), ties to the earliest pushed) is drafted, and a drafted node's own children
+are scored when its entry comes back to the top of the frontier (it comes back at once: a child
+never scores higher than its parent), keeping the top `budget - drafted` positions of it.
+
+Why this module: run that way, the proposer calls the network once per expanded node, with batch 1,
+and on sdar-a at budget 8 it took longer than all the target passes it saved (26 s against 12.5 s
+on one GSM8K prompt). The tree stays exactly the one that order builds (`grow`); what changes is
+how its network outputs are obtained:
+- the network's input at a node depends only on its depth and the positions its branch commits
+  (`SearchInputs.ages`), so outputs are cached by that path, and siblings that draft different
+  tokens at one position share one evaluation;
+- the per-pass inputs (static features, the stale candidates of each depth) are computed once, on
+  the stale logits' device, and moved once to the network's device (where its parameters are);
+- on a miss, the missing node is evaluated together with the nodes a stand-in replay of the search
+  expects to expand next (`plan`): up to `lookahead` rows in one call. The stand-in scores a node
+  that has no output yet with its nearest evaluated ancestor's output, renormalized over the
+  positions still masked (the network's ranking rarely changes much after one commit). A wrong
+  guess only costs its row: the tree reads only real outputs;
+- the network skips the work for outputs the search never reads (`masked_only`: the last layer's
+  feed-forward rows of committed positions, proposers/spot/kernels.py); what it reads equals the
+  module's output bit for bit (tests/proposers/spot/test_spot.py checks it on this machine's BLAS).
+Batched rows can differ from a batch-1 call in the last float bits, so a near-tie between two
+frontier entries (within ~1e-6) can be ordered otherwise than by batch-1 calls; lookahead 1 calls
+the network exactly as the batch-1 search did.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import itertools
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
+from proposers.baselines.confidence import ConfidenceProposer
+from proposers.spot.features import (
+    CONFIDENCE,
+    GREEDY,
+    GREEDY_SHARE_OF_NEITHER,
+    MASKED,
+    NEITHER,
+    RUNNER_UP,
+    SUPPORTED_CONFIDENCE,
+    TOP,
+    Candidates,
+    StaleView,
+    candidates,
+    root_ages,
+    static_features,
+)
+from proposers.spot.network import SpotEnsemble, SpotNet
+
+EXPAND = -1
+"""A frontier entry's position for a drafted node whose children are not scored yet."""
+LOG_GREEDY_SHARE = math.log(GREEDY_SHARE_OF_NEITHER)
+Path = tuple[int, ...]
+"""The positions a branch commits, root first: what the network's input at a node depends on."""
+Entry = tuple[float, int, int, int, int, int]
+"""A frontier entry: (-log P(path walked), tie-break, parent node, parent depth, position, choice)."""
+DEFAULT_LOOKAHEAD = 3
+"""`SpotProposer.lookahead`: the most rows of one network call. On one CPU thread a row of the
+network costs about as much as a call's fixed work, so a guessed row pays only if it is right half
+the time: 2 to 4 were the fastest on sdar-a (budgets 8 and 16, within noise of each other), 8 was
+slower (benchmarks/proposer_cost.py --lookaheads 1,2,3,4,8). On a GPU, where a call costs about the
+same for any number of rows, a larger value saves calls (not measured)."""
+
+
+@dataclass(frozen=True)
+class DepthTables:
+    """One depth's stale candidates, as the search reads them: Python lists, features on the device."""
+
+    features: Tensor
+    """[B, CANDIDATE_FEATURES] on the network's device."""
+    tokens: dict[int, list[int]]
+    """The token a child drafts at each position, by its choice (TOP, RUNNER_UP, GREEDY)."""
+    greedy_third: list[bool]
+    """Where the greedy token is neither candidate (`Candidates.greedy_is_third`)."""
+
+    @staticmethod
+    def of(drafted: Candidates, device: torch.device) -> DepthTables:
+        tokens, runner_up, greedy = drafted.tokens.tolist(), drafted.runner_up.tolist(), drafted.greedy.tolist()
+        third = [g != t and g != r for g, t, r in zip(greedy, tokens, runner_up)]
+        return DepthTables(drafted.features.to(device), {TOP: tokens, RUNNER_UP: runner_up, GREEDY: greedy}, third)
+
+    def choices(self, token_logp: list[float], position: int) -> list[tuple[int, float]]:
+        """`Candidates.token_choices` on one position's row of the token head, as Python floats."""
+        out = [(TOP, token_logp[TOP]), (RUNNER_UP, token_logp[RUNNER_UP])]
+        if self.greedy_third[position]:
+            out.append((GREEDY, token_logp[NEITHER] + LOG_GREEDY_SHARE))
+        return out
+
+
+@dataclass(frozen=True)
+class Output:
+    """The network's output at one node, read back once: a CPU row for `topk` and Python lists."""
+
+    position: Tensor
+    """[B] log P(next committed position), on the CPU (the search takes `topk` of it, like the
+    batch-1 search did, so ties resolve the same way)."""
+    position_list: list[float]
+    token: list[list[float]] | None
+    """[B][3] log P(TOP / RUNNER_UP / NEITHER | position committed next); None for `SearchInputs.prior`."""
+    order: list[int]
+    """The positions it allows, most likely first: planning walks it instead of sorting."""
+
+    @staticmethod
+    def of(position: Tensor, token: list[list[float]] | None) -> Output:
+        values = position.tolist()
+        order = sorted((i for i, v in enumerate(values) if v > -math.inf), key=values.__getitem__, reverse=True)
+        return Output(position, values, token, order)
+
+
+class SearchInputs:
+    """Everything the search reads about one pass: the network's outputs by path (cached, batched),
+    the stale candidates by depth, and the ages of every path."""
+
+    def __init__(self, net: nn.Module, request: DraftRequest):
+        self.net = net
+        self.request = request
+        self.device = next(net.parameters()).device
+        self.view = StaleView.of(request.stale, request.temperature, request.rule.mask_id)
+        self.static = static_features(self.view).to(self.device)[None]
+        self.temperature = request.temperature
+        self.depths: dict[int, DepthTables] = {}
+        self.outputs: dict[Path, Output] = {}
+        self.calls = 0
+        self.rows = 0
+        self._ages: dict[Path, list[int]] = {
+            (): root_ages(request.root, request.rule.mask_id, request.history, net.config.max_age).tolist()}
+
+    def at_depth(self, depth: int) -> DepthTables:
+        """The candidates the target's rule sees at `depth` (noise of step + depth); without noise
+        every depth has the same, computed once."""
+        key = depth if self.request.noise else 0
+        tables = self.depths.get(key)
+        if tables is None:
+            noise = self.request.noise(self.request.step + depth) if self.request.noise else None
+            tables = self.depths[key] = DepthTables.of(candidates(self.view, noise, self.request.rule), self.device)
+        return tables
+
+    def ages(self, path: Path) -> list[int]:
+        """`step` applied along the path, in Python (a list per path, cached)."""
+        ages = self._ages.get(path)
+        if ages is None:
+            ages = self._ages[path] = self.step(self.ages(path[:-1]), path[-1])
+        return ages
+
+    @staticmethod
+    def step(ages: list[int], position: int) -> list[int]:
+        """`proposers.spot.features.commit` on a list: the ages one commit (of `position`) later."""
+        out = [a if a == MASKED else a + 1 for a in ages]
+        out[position] = 0
+        return out
+
+    def evaluate(self, paths: list[Path]) -> None:
+        """One network call for all `paths` (distinct, not cached yet), read back in one transfer."""
+        n, depths = len(paths), [len(path) for path in paths]
+        features = torch.stack([self.at_depth(depth).features for depth in depths])
+        ages = torch.tensor([self.ages(path) for path in paths], device=self.device)
+        with torch.inference_mode():  # the same kernels with less dispatch work per operation
+            position, token = self.net(self.static.expand(n, -1, -1), features, ages,
+                                       torch.tensor(depths, device=self.device),
+                                       torch.full((n,), self.temperature, device=self.device), masked_only=True)
+            position, token = position.cpu(), token.cpu()
+        tokens = token.tolist()
+        for i, path in enumerate(paths):
+            self.outputs[path] = Output.of(position[i], tokens[i])
+        self.calls += 1
+        self.rows += n
+
+    @functools.cached_property
+    def prior(self) -> Output:
+        """What planning assumes at the root before the network has run there: the masked
+        positions ranked by the candidates' log-confidence (how the untrained network ranks them),
+        softmaxed, and the candidate token only."""
+        confidence = self.at_depth(0).features[:, CONFIDENCE].tolist()
+        logits = torch.tensor([c if a == MASKED else -math.inf for c, a in zip(confidence, self._ages[()])])
+        return Output.of(logits.double().log_softmax(-1), None)
+
+    def stand_in(self, path: Path) -> tuple[Output, Path, float]:
+        """A guess of the output at `path` for planning: its nearest evaluated ancestor's (or the
+        prior), less the positions committed since (`removed`), whose position log-probabilities
+        are renormalized by subtracting `shift` (the network's ranking rarely changes much after
+        one commit)."""
+        cut = len(path)
+        while cut >= 0 and path[:cut] not in self.outputs:
+            cut -= 1
+        output = self.outputs[path[:cut]] if cut >= 0 else self.prior
+        removed = path[max(cut, 0):]
+        mass = sum(math.exp(output.position_list[position]) for position in removed)
+        return output, removed, math.log(max(1.0 - mass, 1e-30))
+
+
+def plan(inputs: SearchInputs, frontier: list[Entry], paths: list[Path], drafted: int, missed: Entry,
+         lookahead: int) -> list[Path]:
+    """The paths to evaluate in one call: the missed node's, then those a stand-in replay of the
+    search expands next, uncached, up to `lookahead` rows.
+
+    The replay is `grow`'s loop on copies of its state, with `SearchInputs.stand_in` where an output
+    is missing; it plans only TOP and RUNNER_UP children (a GREEDY third child rarely ranks high).
+    """
+    wanted = [paths[missed[2]]]
+    budget = inputs.request.budget
+    frontier = frontier + [missed]
+    heapq.heapify(frontier)
+    paths = list(paths)
+    while frontier and drafted < budget and len(wanted) < lookahead:
+        neg_logp, counter, parent, depth, position, choice = heapq.heappop(frontier)
+        path = paths[parent]
+        if position != EXPAND:
+            drafted += 1
+            paths.append(path + (position,))
+            heapq.heappush(frontier, (neg_logp, counter, len(paths) - 1, depth + 1, EXPAND, TOP))
+            continue
+        left = inputs.ages(path).count(MASKED)
+        if left <= 1:
+            continue
+        if path not in inputs.outputs and path not in wanted:
+            wanted.append(path)
+        output, removed, shift = inputs.stand_in(path)
+        children = itertools.islice((x for x in output.order if x not in removed), min(left, budget - drafted))
+        for child in children:
+            logp = output.position_list[child] - shift
+            if output.token is None:
+                heapq.heappush(frontier, (neg_logp - logp, counter, parent, depth, child, TOP))
+                continue
+            for choice in (TOP, RUNNER_UP):
+                heapq.heappush(frontier, (neg_logp - logp - output.token[child][choice], counter, parent, depth,
+                                          child, choice))
+    return wanted
+
+
+def grow(net: nn.Module, request: DraftRequest, lookahead: int) -> tuple[DraftTree, SearchInputs]:
+    """The best-first SPOT tree of `request` (stale view present, top1 rule, budget > 0), and the
+    inputs it read (for the count of calls and rows).
+
+    The loop is the batch-1 search's, entry for entry (so ties resolve alike): position EXPAND
+    stands for a drafted node whose children are not scored yet; its output is read only when that
+    entry is popped (its children cannot score higher), so leaves cost no row. A child is a position
+    with the stale candidate, the runner-up or (where it is a third token) the greedy token, scored
+    by P(position committed next) * P(that token).
+    """
+    inputs = SearchInputs(net, request)
+    budget = request.budget
+    frontier: list[Entry] = [(0.0, 0, 0, 0, EXPAND, TOP)]
+    paths: list[Path] = [()]
+    nodes: list[DraftNode] = []
+    counter = 0
+    while frontier and len(nodes) < budget:
+        entry = heapq.heappop(frontier)
+        neg_logp, _, parent, depth, position, choice = entry
+        if position == EXPAND:
+            path = paths[parent]
+            left = inputs.ages(path).count(MASKED)
+            if left <= 1:
+                continue  # the only child would complete the block: the verifier's bonus commit
+            if path not in inputs.outputs:
+                inputs.evaluate(plan(inputs, frontier, paths, len(nodes), entry, lookahead))
+            output, tables = inputs.outputs[path], inputs.at_depth(depth)
+            best = output.position.topk(min(left, budget - len(nodes)))
+            for value, child in zip(best.values.tolist(), best.indices.tolist()):
+                for choice, token_score in tables.choices(output.token[child], child):
+                    counter += 1
+                    heapq.heappush(frontier, (neg_logp - value - token_score, counter, parent, depth, child, choice))
+            continue
+        token = inputs.at_depth(depth).tokens[choice][position]
+        nodes.append(DraftNode(parent, Transition((position,), (token,))))
+        paths.append(paths[parent] + (position,))
+        counter += 1
+        heapq.heappush(frontier, (neg_logp, counter, len(nodes), depth + 1, EXPAND, TOP))
+    return DraftTree(tuple(nodes)), inputs
+
+
+class SpotProposer:
+    """SPOT's draft trees (module docstring), grown by `grow`.
+
+    `lookahead`: the most rows of one network call, the missing node's and those the search expects
+    to expand next (`plan`); 1 calls the network once per expanded node, with batch 1. The tree
+    does not depend on it (up to float near-ties, module docstring). Devices: the work over
+    the vocabulary (stale view, candidates) runs on the stale logits' device, the network on its
+    parameters' device (move it with `net.to(device)` to keep a GPU pass on the GPU); only features
+    and outputs cross.
+    """
+
+    def __init__(self, net: SpotNet | SpotEnsemble, lookahead: int = DEFAULT_LOOKAHEAD):
+        if lookahead < 1:
+            raise ValueError(f"lookahead must be >= 1, got {lookahead}")
+        self.net = net
+        self.lookahead = lookahead
+        self.fallback = ConfidenceProposer()
+
+    @torch.no_grad()
+    def propose(self, request: DraftRequest) -> DraftTree:
+        if request.stale is None or request.budget == 0:
+            return DraftTree()
+        if request.rule.name != "top1" or request.rule.confidence not in SUPPORTED_CONFIDENCE:
+            return self.fallback.propose(request)
+        return grow(self.net, request, self.lookahead)[0]

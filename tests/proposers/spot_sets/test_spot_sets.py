@@ -1,0 +1,368 @@
+"""SPOT-Sets: lossless whatever the network says, a silent network drafts the confidence-set chain
+first, children come out best first, checkpoints and calibrations carry their rule and target."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import math
+import random
+import re
+
+import pytest
+import torch
+
+from harness.decoding import DecodeConfig, DraftRequest, NoiseSource, parse_rule
+from harness.decoding import plain_decode, prepare, speculative_decode
+from harness.errors import UserError
+from harness.lossless import check_lossless, near_tie_tolerance
+from harness.pipeline import Arm
+from harness.targets.registry import load_target
+from harness.targets.target import DLMTarget
+from proposers import build_proposer, check_arm_for_model, check_proposer
+from proposers.baselines.confidence import ConfidenceProposer
+from proposers.spot.features import TOP
+from proposers.spot.network import SpotConfig
+from proposers.spot_sets.network import (CALIBRATION_FILE, Calibration, SpotSetsNet, load_calibration, load_spot_sets,
+                                         read_meta, rule_inputs, save_spot_sets, threshold_tau)
+from proposers.spot_sets.tree import OUT, Children, SpotSetsProposer, grow
+from spotbench.cli import main
+
+PROMPTS = [list(b"Q: 2+2=?\nA:"), list(b"The quick brown fox")]
+
+
+@functools.cache
+def exact_target(family: str) -> DLMTarget:
+    return load_target(f"tiny-random:{family}").exact()
+
+
+@functools.cache
+def random_net(seed: int = 0) -> SpotSetsNet:
+    torch.manual_seed(seed)
+    net = SpotSetsNet(SpotConfig()).eval()
+    for module in (net.commit_head, net.tau_project):  # random, not the zero start: any output is lossless
+        torch.nn.init.normal_(module.weight, std=0.5)
+    return net
+
+
+@functools.cache
+def silent_net() -> SpotSetsNet:
+    """Zero heads: argmax by confidence, commit by the stale view's threshold, the candidate token."""
+    net = SpotSetsNet(SpotConfig()).eval()
+    for module in (net.head, net.commit_head, net.token_head):
+        torch.nn.init.zeros_(module.weight)
+        torch.nn.init.zeros_(module.bias)
+    with torch.no_grad():
+        net.token_head.bias[TOP] = 5.0
+    return net
+
+
+@functools.cache
+def median_tau(family: str, temperature: float, prompt: int, seed: int) -> float:
+    """A tau at the median confidence of a plain top1 decode's decisions: steps then commit sets of
+    several positions and single ones (a random target's confidences are far below 0.9)."""
+    target = exact_target(family)
+    cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, temperature, seed)
+    plain = plain_decode(target, PROMPTS[prompt], cfg, keep_logits=True)
+    tempered = temperature if temperature > 0 and cfg.rule.confidence == "tempered_prob" else 1.0
+    confidences = [float((logits.double() / tempered).softmax(-1)[t.positions[0], t.tokens[0]])
+                   for logits, t in zip(plain.pass_logits, plain.steps)]
+    return sorted(confidences)[len(confidences) // 2]
+
+
+def threshold_config(family: str, temperature: float, prompt: int, seed: int) -> DecodeConfig:
+    target = exact_target(family)
+    rule = parse_rule(f"threshold:{median_tau(family, temperature, prompt, seed)!r}", target.family, target.mask_id)
+    return DecodeConfig(rule, 16, 8, temperature, seed)
+
+
+@pytest.mark.parametrize("family", ["sdar", "llada", "dream"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("budget", [3, 16])
+@pytest.mark.parametrize("seed", [0, 7])
+def test_speculative_equals_plain_in_exactness_mode(family, temperature, budget, seed):
+    target = exact_target(family)
+    prompt = PROMPTS[seed % 2]
+    cfg = threshold_config(family, temperature, seed % 2, seed)
+    reference = plain_decode(target, prompt, cfg)
+    spec = speculative_decode(target, prompt, SpotSetsProposer(random_net(seed)), cfg, budget)
+    assert check_lossless(reference, spec, near_tie_tolerance(torch.float64)).exact
+    assert spec.steps == reference.steps and torch.equal(spec.tokens, reference.tokens)
+    assert spec.metrics.nfe <= reference.metrics.nfe and spec.metrics.draft_nodes > 0
+    assert max(len(t.positions) for t in reference.steps) > 1  # the rule did commit sets
+
+
+def request(target: DLMTarget, temperature: float, budget: int, tau: float, committed: int = 2) -> DraftRequest:
+    """A stale view whose confidences spread over (0, 1): sets of several positions are likely."""
+    logits = torch.randn(8, target.vocab_size, generator=torch.Generator().manual_seed(3)) * 4
+    root = torch.full((8,), target.mask_id)
+    root[:committed] = 5
+    noise = NoiseSource(1, 8, target.vocab_size) if temperature > 0 else None
+    rule = parse_rule(f"threshold:{tau}", target.family, target.mask_id)
+    return DraftRequest(logits, root, 4, noise, rule, temperature, budget, tuple(range(committed)))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("budget", [1, 5, 12])
+def test_trees_are_valid_within_budget_and_never_fill_the_block(temperature, budget):
+    target = exact_target("sdar")
+    req = request(target, temperature, budget, tau=0.3)
+    for lookahead in (1, 3):
+        tree = SpotSetsProposer(random_net(), lookahead=lookahead).propose(req)
+        assert len(tree.nodes) == budget
+        prepared = prepare(tree, req.root, target.mask_id, budget)
+        assert prepared.states.shape[0] == budget + 1  # nothing invalid, duplicated or block-completing
+    assert any(len(node.transition.positions) > 1 for node in tree.nodes)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_silent_network_drafts_the_confidence_set_transition_first(temperature):
+    # The commit residual is the stale view's own threshold decision and the argmax head ranks by
+    # confidence, so at every state of the confidence-set chain the most probable child (budget 1)
+    # is the chain's next transition: an untrained network starts from the baseline.
+    target = exact_target("sdar")
+    req = request(target, temperature, 12, tau=0.3, committed=0)
+    chain = [node.transition for node in ConfidenceProposer().propose(req).nodes]
+    assert len(chain) >= 2 and len(chain[0].positions) > 1
+    root, history = req.root, req.history
+    for depth, transition in enumerate(chain):
+        at = DraftRequest(req.stale, root, req.step + depth, req.noise, req.rule, temperature, 1, history)
+        assert SpotSetsProposer(silent_net()).propose(at).nodes[0].transition == transition
+        root, history = transition.apply(root), history + transition.positions
+    tree = SpotSetsProposer(silent_net()).propose(req)
+    assert tree.nodes[0].transition == chain[0] and len(tree.nodes) == 12
+
+
+def brute_force(children: Children) -> list[float]:
+    return sorted((sum(children.variables[v][r][0] - children.variables[v][0][0] for v, r in enumerate(ranks))
+                   for ranks in itertools.product(*(range(len(v)) for v in children.variables))), reverse=True)
+
+
+def enumerate_all(children: Children) -> list[float]:
+    """The lazy enumeration run to the end, as the frontier runs it (costs as negative scores)."""
+    import heapq
+
+    frontier, out, counter = [(0.0, 0, (0,) * len(children.variables), -1)], [], 0
+    while frontier:
+        cost, _, ranks, last = heapq.heappop(frontier)
+        out.append(-cost)
+        for step, following, changed in children.successors(ranks, last):
+            counter += 1
+            heapq.heappush(frontier, (cost + step, counter, following, changed))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_children_come_out_best_first_each_once(seed):
+    rng = random.Random(seed)
+    variables = []
+    for position in range(rng.randint(1, 4)):
+        options = sorted([(rng.uniform(-6, 0), position, c) for c in range(rng.randint(2, 4))], key=lambda o: -o[0])
+        variables.append(options)
+    variables.sort(key=lambda options: options[0][0] - options[1][0])
+    children = Children(0, 0, variables, 0.0)
+    got = enumerate_all(children)
+    assert got == sorted(got, reverse=True)
+    assert len(got) == math.prod(len(v) for v in variables)
+    assert got == pytest.approx(brute_force(children))
+
+
+def test_unsorted_variables_break_the_order():
+    # Negative control: the enumeration is best first only with variables sorted by their first
+    # alternative's cost.
+    variables = [[(0.0, 0, TOP), (-5.0, 0, OUT)], [(0.0, 1, TOP), (-1.0, 1, OUT)]]
+    got = enumerate_all(Children(0, 0, variables, 0.0))
+    assert got != sorted(got, reverse=True)
+    assert sorted(got) == sorted(brute_force(Children(0, 0, variables, 0.0)))
+
+
+def test_top1_and_non_probability_confidence_fall_back_to_the_confidence_chain():
+    target = exact_target("sdar")
+    req = request(target, 1.0, 6, tau=0.3)
+    top1 = DraftRequest(req.stale, req.root, req.step, req.noise, parse_rule("top1", target.family, target.mask_id),
+                        1.0, 6, req.history)
+    assert SpotSetsProposer(random_net()).propose(top1) == ConfidenceProposer().propose(top1)
+    assert SpotSetsProposer(random_net()).propose(req) != ConfidenceProposer().propose(req)
+    assert SpotSetsProposer(random_net()).propose(DraftRequest(None, req.root, 0, None, req.rule, 0.0, 8)).nodes == ()
+
+
+def test_calibration_blends_the_network_with_the_stale_rule():
+    position = torch.tensor([[-0.1, -3.0, -math.inf]]).log_softmax(-1)
+    commit = torch.tensor([[2.0, -1.0, 0.0]])
+    token = torch.tensor([[[-2.0, -0.5, -1.5]] * 3]).log_softmax(-1)
+    gap, odds_gap = torch.tensor([[-2.0, 0.0, 0.0]]), torch.tensor([[1.0, -1.0, 0.5]])
+    same = Calibration().apply(position, commit, token, gap, odds_gap)
+    assert torch.allclose(same[0], position) and torch.equal(same[1], commit) and torch.allclose(same[2], token)
+    flat, scaled, _ = Calibration(2.0, -1.0, 0.0, 2.0, 0.0).apply(position, commit, token, gap, odds_gap)
+    assert torch.equal(scaled, torch.tensor([[3.0, -3.0, -1.0]]))
+    assert flat[0, 1] > position[0, 1] and flat[0, 2] == -math.inf and torch.isclose(flat.exp().sum(), torch.tensor(1.0))
+    # large rule weights hand the argmax to the stale view's most confident position, the commit
+    # decision to its threshold and the token to the candidate (TOP)
+    ruled, decided, tops = Calibration(1e-3, 0.0, 50.0, 1e3, 50.0, 1e3, 50.0).apply(position, commit, token, gap,
+                                                                                     odds_gap)
+    assert int(ruled.argmax()) == 1 and (decided > 0).tolist() == [[True, False, True]]
+    assert (tops.argmax(-1) == TOP).all() and torch.allclose(tops.exp().sum(-1), torch.ones(1, 3))
+
+
+def test_rule_inputs_are_the_residuals_the_network_reads():
+    candidate = torch.zeros(1, 3, 7)
+    candidate[0, :, 0] = torch.tensor([-0.5, -0.1, -0.01])  # log-confidence
+    candidate[0, :, 3] = torch.tensor([0.0, 3.0, 5.0])  # log-odds
+    gap, odds_gap = rule_inputs(candidate, torch.tensor([[-1, -1, 0]]), torch.tensor([0.9]))
+    assert gap.tolist()[0] == pytest.approx([-0.4, 0.0, 0.0])  # the committed third position is not the best
+    assert odds_gap.tolist()[0] == pytest.approx([-math.log(9), 3 - math.log(9), 5 - math.log(9)], rel=1e-5)
+
+
+def test_checkpoint_round_trip_with_a_calibration(tmp_path):
+    net = random_net()
+    save_spot_sets(net, tmp_path, {"provenance": {"target": "t", "rule": "threshold:0.9", "tau": 0.9}})
+    loaded = load_spot_sets(tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), loaded.state_dict().values()))
+    assert read_meta(tmp_path)["provenance"]["tau"] == 0.9 and load_calibration(tmp_path) is None
+    (tmp_path / CALIBRATION_FILE).write_text(json.dumps({"calibration": {"commit_scale": 2.0}, "provenance": {}}))
+    assert load_calibration(tmp_path) == Calibration(commit_scale=2.0)
+
+
+def test_threshold_tau_reads_only_threshold_rules():
+    assert threshold_tau("threshold:0.9") == 0.9 and threshold_tau("threshold:1") == 1.0
+    assert [threshold_tau(text) for text in ("top1", "threshold:0", "threshold:1.5", "threshold:x")] == [None] * 4
+
+
+def test_the_network_runs_on_any_block_length():
+    net = random_net()
+    for size in (4, 32, 96):
+        ages = torch.full((2, size), -1)
+        ages[1, 0] = 0
+        position, commit, token = net(torch.rand(2, size, 11), torch.rand(2, size, 7), ages, torch.tensor([0, 3]),
+                                      torch.zeros(2), torch.tensor([0.9, 0.5]))
+        assert position.shape == commit.shape == (2, size) and token.shape == (2, size, 3)
+        assert torch.allclose(position.exp().sum(-1), torch.ones(2)) and position[1, 0] == -torch.inf
+
+
+def test_grow_reports_its_calls_and_rows():
+    target = exact_target("sdar")
+    req = request(target, 0.0, 8, tau=0.3)
+    one = grow(random_net(), None, req, 1)[1]
+    three = grow(random_net(), None, req, 3)[1]
+    assert one.calls == one.rows and three.rows >= three.calls and three.calls <= one.calls
+
+
+@pytest.fixture
+def checkpoints(tmp_path):
+    """A SPOT-Sets folder trained (so it says) on tiny-random:sdar at threshold:0.9, and a copy
+    calibrated for tiny-random:llada at threshold:0.8."""
+    trained = tmp_path / "trained"
+    save_spot_sets(random_net(), trained, {"provenance": {"target": "tiny-random:sdar", "rule": "threshold:0.9",
+                                                          "tau": 0.9}})
+    calibrated = tmp_path / "calibrated"
+    save_spot_sets(random_net(), calibrated, read_meta(trained))
+    (calibrated / CALIBRATION_FILE).write_text(json.dumps({
+        "calibration": {"commit_scale": 1.5}, "provenance": {"target": "tiny-random:llada", "rule": "threshold:0.8",
+                                                             "tau": 0.8}}))
+    return trained, calibrated
+
+
+def test_a_checkpoint_runs_under_its_tau_on_any_model_and_a_calibration_under_its_own(checkpoints):
+    trained, calibrated = (f"spot-sets:{folder}" for folder in checkpoints)
+    assert check_proposer(trained) == Arm(trained, 0, "learned", "tiny-random:sdar")
+    assert check_proposer(calibrated).trained_on == "tiny-random:sdar"  # trained there, calibrated elsewhere
+    check_arm_for_model(trained, "tiny-random:sdar", 8, ["threshold:0.9"])
+    check_arm_for_model(trained, "tiny-random:dream", 16, ["threshold:0.9"])  # transfer without calibration
+    check_arm_for_model(calibrated, "tiny-random:llada", 8, ["threshold:0.8"])
+    check_arm_for_model(trained, "tiny-random:sdar", 8)  # no rule named: nothing to refuse
+    assert build_proposer(calibrated, exact_target("llada"), None).calibration == Calibration(commit_scale=1.5)
+    assert build_proposer(trained, exact_target("sdar"), None).calibration is None
+
+
+@pytest.mark.parametrize("which, model, rules, message", [
+    (0, "tiny-random:sdar", ["top1"], "was trained for threshold:0.9; rule 'top1' commits one position per step"),
+    (0, "tiny-random:sdar", ["threshold:0.9", "threshold:0.8"], "was trained for threshold:0.9, not threshold:0.8"),
+    (1, "tiny-random:llada", ["threshold:0.9"], "was calibrated for threshold:0.8, not threshold:0.9"),
+    (1, "tiny-random:llada", ["top1"], "was calibrated for threshold:0.8; rule 'top1'"),
+    (1, "tiny-random:sdar", ["threshold:0.8"], "was calibrated for model 'tiny-random:llada', not 'tiny-random:sdar'"),
+])
+def test_a_checkpoint_under_another_rule_or_a_calibration_on_another_model_is_refused(checkpoints, which, model,
+                                                                                      rules, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        check_arm_for_model(f"spot-sets:{checkpoints[which]}", model, 8, rules)
+
+
+def test_a_folder_without_a_checkpoint_is_refused(tmp_path):
+    with pytest.raises(UserError, match="no SPOT-Sets checkpoint in"):
+        check_proposer(f"spot-sets:{tmp_path}")
+
+
+@pytest.mark.parametrize("rules, message", [
+    ("top1", "commits one position per step"),
+    ("threshold:0.9,threshold:0.5", "was trained for threshold:0.9, not threshold:0.5"),
+])
+def test_run_refuses_a_mismatched_rule_before_anything_starts(checkpoints, tmp_path, capsys, rules, message):
+    out = tmp_path / "run"
+    args = ["run", "--models", "tiny-random:sdar", "--proposers", f"confidence,spot-sets:{checkpoints[0]}",
+            "--rules", rules, "--limit", "1", "--gen-length", "16", "--block-length", "8", "--output", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("spotbench: error: ") and message in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_run_refuses_a_calibration_for_another_model_before_anything_starts(checkpoints, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["run", "--models", "tiny-random:sdar", "--proposers", f"confidence,spot-sets:{checkpoints[1]}",
+            "--rules", "threshold:0.8", "--limit", "1", "--gen-length", "16", "--block-length", "8", "--output",
+            str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("spotbench: error: ") and "\n" not in err
+    assert "was calibrated for model 'tiny-random:llada', not 'tiny-random:sdar'" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("which, model, rule, message", [
+    (0, "tiny-random:sdar", "top1", "commits one position per step"),
+    (0, "tiny-random:sdar", "threshold:0.5", "was trained for threshold:0.9, not threshold:0.5"),
+    (1, "tiny-random:sdar", "threshold:0.8", "was calibrated for model 'tiny-random:llada', not 'tiny-random:sdar'"),
+])
+def test_decode_refuses_what_a_run_refuses(checkpoints, capsys, which, model, rule, message):
+    args = ["decode", "--prompt", "1+1=", "--model", model, "--proposer", f"spot-sets:{checkpoints[which]}",
+            "--rule", rule, "--gen-length", "16", "--block-length", "8"]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.startswith("spotbench: error: ") and message in err and "\n" not in err and not captured.out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tasks", "arith/test:3"], "calibration prompts must not come from a test split"),
+    (["--tasks", "arith:30,gsm8k:21"], "at most 50 calibration prompts"),
+    (["--rule", "top1"], "SPOT-Sets is calibrated for a threshold rule"),
+])
+def test_calibrate_refuses_test_splits_too_many_prompts_and_top1(checkpoints, tmp_path, capsys, args, message):
+    out = tmp_path / "calibrated-copy"
+    assert main(["calibrate", f"spot-sets:{checkpoints[0]}", "--model", "tiny-random:llada", "--out", str(out),
+                 *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("spotbench: error: ") and message in err and "\n" not in err
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_calibrate_writes_a_copy_with_its_calibration_and_provenance(checkpoints, tmp_path, capsys):
+    args = ["--model", "tiny-random:llada", "--tasks", "arith:2", "--rule", "threshold:0.013", "--block-length", "8",
+            "--gen-length", "16"]
+    for name in ("a", "b"):
+        assert main(["calibrate", f"spot-sets:{checkpoints[0]}", "--out", str(tmp_path / name), *args]) == 0
+    first, second = ((tmp_path / name / CALIBRATION_FILE).read_text() for name in ("a", "b"))
+    assert first == second  # deterministic
+    record = json.loads(first)
+    assert {k: record["provenance"][k] for k in ("target", "rule", "tau", "prompts", "temperatures")} == {
+        "target": "tiny-random:llada", "rule": "threshold:0.013", "tau": 0.013,
+        "prompts": ["arith/train/0", "arith/train/1"], "temperatures": [0.0, 1.0]}
+    assert record["provenance"]["checkpoint_provenance"]["target"] == "tiny-random:sdar"
+    assert record["fit"]["after"]["loss"] < record["fit"]["before"]["loss"]
+    assert (tmp_path / "a" / "spot_sets.safetensors").read_bytes() == \
+        (checkpoints[0] / "spot_sets.safetensors").read_bytes()
+    check_arm_for_model(f"spot-sets:{tmp_path / 'a'}", "tiny-random:llada", 8, ["threshold:0.013"])
+    assert main(["calibrate", "spot", "--model", "tiny-random:llada", "--out", str(tmp_path / "c")]) == 2
+    assert "calibrates spot-sets checkpoints" in capsys.readouterr().err
