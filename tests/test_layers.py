@@ -1,9 +1,14 @@
 """Imports point downward (DESIGN.md section 4): spotbench -> cluster -> harness, proposers, tasks;
 proposers -> harness; tasks -> harness.errors only. Each package is imported whole (every module) in a
-fresh interpreter, which then reports which of the project's packages, and whether Ray, got loaded."""
+fresh interpreter, which then reports which of the project's packages, and whether Ray, got loaded.
+
+And no two project modules import each other, directly or around a circle: the import graph is read
+statically from the sources, so an import inside a function or under `TYPE_CHECKING` counts (a lazy
+import hides a circle, it does not remove it)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -58,3 +63,110 @@ def test_the_probe_catches_an_upward_import(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-c", probe, "harness"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=300, check=True, env={"PYTHONPATH": env_path, "PATH": ""}).stdout
     assert "cluster" in {m.split(".")[0] for m in json.loads(out)}
+
+
+def project_modules(root: Path, packages: tuple[str, ...] = PROJECT) -> dict[str, Path]:
+    """Dotted module name -> source file, for every module of the packages under `root`."""
+    modules = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def imported_modules(node: ast.Import | ast.ImportFrom, module: str, is_package: bool,
+                     modules: dict[str, Path]) -> set[str]:
+    """The project modules one import statement of `module` imports: `from a import b` imports a.b
+    if that is a module, else a; a name resolves to its longest prefix that is a module (importing a
+    function imports its module); relative imports are resolved against `module`. The parent
+    packages an import also runs are not counted."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            parts = module.split(".")
+            parts = parts[: len(parts) - node.level + is_package]
+            base = ".".join(parts + ([node.module] if node.module else []))
+        names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+    found = set()
+    for name in names:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            found.add(name)
+    return found
+
+
+def import_graph(root: Path, packages: tuple[str, ...] = PROJECT) -> dict[str, set[str]]:
+    """Module -> the project modules it imports anywhere in its source (top level, functions,
+    `TYPE_CHECKING` blocks)."""
+    modules = project_modules(root, packages)
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                graph[name] |= imported_modules(node, name, path.name == "__init__.py", modules)
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[set[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            child = next(edges, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(component)
+    return cycles
+
+
+def test_no_import_cycle_between_project_modules() -> None:
+    cycles = [sorted(cycle) for cycle in import_cycles(import_graph(ROOT))]
+    assert not cycles, f"modules that import each other (move what both need into a module below them): {cycles}"
+
+
+def test_the_cycle_finder_reports_a_two_module_cycle_even_through_a_lazy_import(tmp_path) -> None:
+    """Negative control: a.py imports b at the top, b.py imports a inside a function; c.py imports both
+    and is in no cycle."""
+    package = tmp_path / "harness"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from harness import b\n")
+    (package / "b.py").write_text("def late():\n    from . import a\n    return a\n")
+    (package / "c.py").write_text("import harness.a\nfrom harness.b import late\n")
+    graph = import_graph(tmp_path, ("harness",))
+    assert graph["harness.c"] == {"harness.a", "harness.b"}
+    assert import_cycles(graph) == [{"harness.a", "harness.b"}]
