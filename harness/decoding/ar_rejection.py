@@ -26,7 +26,6 @@ again by a later pass only if no committed decision used it, so reuse never coup
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -34,7 +33,7 @@ import torch
 from torch import Tensor
 
 from harness.decoding.autoregressive import ARConfig, ARDraftRequest, PassLog, target_token
-from harness.decoding.generation import Generation, synchronize
+from harness.decoding.generation import Generation
 from harness.decoding.noise import NoiseSource, gumbel
 from harness.decoding.tree import LEAF, NO_DRAFT, TOKEN
 from harness.targets.ar import ARTarget
@@ -124,31 +123,19 @@ def ar_rejection_decode(target: ARTarget, prompt_ids: list[int] | Tensor, propos
                         config: ARConfig, budget: int) -> Generation:
     """The rejection-mode loop (module docstring): one verify forward per pass over the root and the
     chain, KV of the accepted prefix kept, the rest dropped, as in the coupled loop."""
-    if budget < 0:
-        raise ValueError(f"the draft budget must be >= 0, got {budget}")
     temperature, eos, seed = config.temperature, target.eos_id, config.seed
-    session = target.start(prompt_ids)
-    prompt = session.pending.cpu()
+    log, session = PassLog.begin(target, prompt_ids, proposer, config, budget)
     sampled = temperature > 0
     plain = StreamNoise(seed, target.vocab_size, 0) if sampled else None
     drafting = StreamNoise(seed, target.vocab_size, DRAFT_STREAM) if sampled else None
-    log = PassLog.begin(proposer, budget)
-    metrics, tokens, pass_commits, stops = log.metrics, log.tokens, log.pass_commits, log.stops
-    while len(tokens) < config.gen_length and (not tokens or tokens[-1] != eos):
+    metrics, tokens = log.metrics, log.tokens
+    while log.unfinished():
         position = session.position
         for stream in (plain, drafting) if sampled else ():
             stream.forget_before(position)
-        left = config.gen_length - len(tokens) - 1
-        context = torch.cat([prompt, torch.tensor(tokens, dtype=torch.long)])
-        before = time.perf_counter()
-        chain = proposer.propose_chain(ARDraftRequest(context, prompt.numel(), drafting, temperature,
-                                                      min(budget, left), session))
-        metrics.proposer_s += time.perf_counter() - before
-        drafted = _kept(chain.tokens, min(budget, left), eos)
-        before = time.perf_counter()
-        logits = session.forward(torch.tensor(drafted, dtype=torch.long), list(range(len(drafted))))
-        synchronize(logits)
-        metrics.target_s += time.perf_counter() - before
+        chain = log.draft(proposer.propose_chain, session, drafting, temperature)
+        drafted = _kept(chain.tokens, min(budget, log.left()), eos)
+        logits = log.verify(session, torch.tensor(drafted, dtype=torch.long), list(range(len(drafted))))
         depth = 0
         while True:
             noise = plain(position + depth)[0] if plain else None
@@ -168,11 +155,7 @@ def ar_rejection_decode(target: ARTarget, prompt_ids: list[int] | Tensor, propos
             metrics.accepted_per_depth[depth] += 1
             depth += 1
         tokens.append(token)
-        metrics.draft_nodes += len(drafted)
-        pass_commits.append(depth + 1)
-        stops.append(stop)
-        if token != eos and len(tokens) < config.gen_length:
-            session.commit(list(range(1, depth + 1)), token)
+        log.end_pass(session, len(drafted), list(range(1, depth + 1)), token, stop)
     return log.generation(session, eos, None)
 
 

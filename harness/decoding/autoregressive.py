@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -39,6 +40,7 @@ from harness.decoding.tree import LEAF, NO_DRAFT, TOKEN, DraftTree
 from harness.errors import UserError
 from harness.targets.ar import ARSession, ARTarget
 
+D = TypeVar("D")
 AR_RULE = "greedy"
 """The rule column of AR rows: commit rules (top1/threshold) are DLM notions; an AR target always
 commits its (noisy) argmax token, one position at a time."""
@@ -163,30 +165,18 @@ def target_token(logits: Tensor, noise: Tensor | None, temperature: float, recor
 def ar_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProposer, config: ARConfig,
               budget: int, trace: bool = False) -> Generation:
     """The AR loop (module docstring). `trace` keeps a `StepRecord` per token (the reference does)."""
-    if budget < 0:
-        raise ValueError(f"the draft budget must be >= 0, got {budget}")
     temperature, eos = config.temperature, target.eos_id
-    session = target.start(prompt_ids)
-    prompt = session.pending.cpu()
+    log, session = PassLog.begin(target, prompt_ids, proposer, config, budget)
     noise = NoiseSource(config.seed, 1, target.vocab_size) if temperature > 0 else None
     records: list[StepRecord] = []
-    log = PassLog.begin(proposer, budget)
-    metrics, tokens, pass_commits, stops = log.metrics, log.tokens, log.pass_commits, log.stops
-    while len(tokens) < config.gen_length and (not tokens or tokens[-1] != eos):
+    metrics, tokens = log.metrics, log.tokens
+    while log.unfinished():
         position = session.position
         if noise:
             noise.forget_before(position)
-        left = config.gen_length - len(tokens) - 1  # drafts beyond this could never be committed
-        context = torch.cat([prompt, torch.tensor(tokens, dtype=torch.long)])
-        before = time.perf_counter()
-        draft = proposer.propose(ARDraftRequest(context, prompt.numel(), noise, temperature, min(budget, left),
-                                                session))
-        metrics.proposer_s += time.perf_counter() - before
-        tree = prepare_ar(draft, budget, left, eos)
-        before = time.perf_counter()
-        logits = session.forward(tree.tokens, tree.parents)
-        synchronize(logits)
-        metrics.target_s += time.perf_counter() - before
+        draft = log.draft(proposer.propose, session, noise, temperature)
+        tree = prepare_ar(draft, budget, log.left(), eos)
+        logits = log.verify(session, tree.tokens, tree.parents)
         row, depth, path = 0, 0, []
         while True:
             token, record = target_token(logits[row], noise(position + depth)[0] if noise else None, temperature,
@@ -200,12 +190,9 @@ def ar_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProp
             metrics.accepted_per_depth[depth] += 1
             row, depth = child, depth + 1
             path.append(child)
-        metrics.draft_nodes += len(tree.parents)
-        pass_commits.append(depth + 1)
-        stops.append(NO_DRAFT if not tree.parents else
-                     TOKEN if child is None and any(r == row for r, _ in tree.children) else LEAF)
-        if token != eos and len(tokens) < config.gen_length:
-            session.commit(path, token)
+        stop = (NO_DRAFT if not tree.parents else
+                TOKEN if child is None and any(r == row for r, _ in tree.children) else LEAF)
+        log.end_pass(session, len(tree.parents), path, token, stop)
     return log.generation(session, eos, records if trace else None)
 
 
@@ -229,6 +216,10 @@ class PassLog:
     count commits, passes, draft forwards and wall time the same way."""
 
     proposer: object
+    budget: int
+    gen_length: int
+    eos: int
+    prompt: Tensor
     metrics: Metrics
     forwards_before: DraftForwards
     started: float
@@ -237,11 +228,54 @@ class PassLog:
     stops: list[str] = field(default_factory=list)
 
     @classmethod
-    def begin(cls, proposer: object, budget: int) -> PassLog:
-        """Call right before the first pass: the wall time and the draft-forward count start here."""
+    def begin(cls, target: ARTarget, prompt_ids: list[int] | Tensor, proposer: object, config: ARConfig,
+              budget: int) -> tuple[PassLog, ARSession]:
+        """A generation's start: the target's session over the prompt, and the log, whose wall time and
+        draft-forward count start here."""
+        if budget < 0:
+            raise ValueError(f"the draft budget must be >= 0, got {budget}")
+        session = target.start(prompt_ids)
         metrics = Metrics(accepted_per_depth=[0] * budget)
         forwards_before = draft_forwards(proposer)
-        return cls(proposer, metrics, forwards_before, time.perf_counter())
+        log = cls(proposer, budget, config.gen_length, target.eos_id, session.pending.cpu(), metrics, forwards_before,
+                  time.perf_counter())
+        return log, session
+
+    def unfinished(self) -> bool:
+        """Whether another pass runs: fewer than `gen_length` tokens, and the last one not EOS."""
+        return len(self.tokens) < self.gen_length and (not self.tokens or self.tokens[-1] != self.eos)
+
+    def left(self) -> int:
+        """The most drafts this pass could commit: the tokens left, less the pass's own token."""
+        return self.gen_length - len(self.tokens) - 1
+
+    def draft(self, propose: Callable[[ARDraftRequest], D], session: ARSession, noise: NoiseSource | None,
+              temperature: float) -> D:
+        """The proposer's draft for this pass (timed as proposer time): the context so far, at most
+        min(budget, `left`) drafts."""
+        context = torch.cat([self.prompt, torch.tensor(self.tokens, dtype=torch.long)])
+        before = time.perf_counter()
+        draft = propose(ARDraftRequest(context, self.prompt.numel(), noise, temperature,
+                                       min(self.budget, self.left()), session))
+        self.metrics.proposer_s += time.perf_counter() - before
+        return draft
+
+    def verify(self, session: ARSession, tokens: Tensor, parents: list[int]) -> Tensor:
+        """The pass's one target forward over the root and the drafts (timed as target time)."""
+        before = time.perf_counter()
+        logits = session.forward(tokens, parents)
+        synchronize(logits)
+        self.metrics.target_s += time.perf_counter() - before
+        return logits
+
+    def end_pass(self, session: ARSession, drafted: int, path: list[int], token: int, stop: str) -> None:
+        """Record a pass that accepted the drafts on `path` and committed `token` (already in `tokens`)
+        after them, and keep their keys/values unless the generation ends here."""
+        self.metrics.draft_nodes += drafted
+        self.pass_commits.append(len(path) + 1)
+        self.stops.append(stop)
+        if token != self.eos and len(self.tokens) < self.gen_length:
+            session.commit(path, token)
 
     def generation(self, session: ARSession, eos: int, records: list[StepRecord] | None) -> Generation:
         """The finished generation: the session's forward counts and the trajectory, one token a step."""
