@@ -41,6 +41,7 @@ from harness.decoding.rules import candidate_scores
 from harness.decoding.tree import DraftNode
 from harness.errors import UserError
 from harness.targets.ar import ARSession, ARTarget, folder_of
+from harness.targets.zoo import ZOO_DIR
 from proposers.psi.lora import GatedLoRAModel, load_drafter, read_meta
 
 
@@ -161,7 +162,7 @@ class PsiTree(PsiLinear):
 
 # --- registry: psi-linear:DIR[:B=..] and psi-tree:DIR[:B=..,K=..,V=..] ------------------------------
 
-DRAFTERS_DIR = Path(__file__).resolve().parents[1] / "zoo" / "drafters"
+DRAFTERS_DIR = ZOO_DIR / "drafters"
 OPTIONS = {"psi-linear": ("B",), "psi-tree": ("B", "K", "V")}
 MAX_K, MAX_V = 64, 256
 _LOADED: dict[tuple[Path, int], tuple[object, GatedLoRAModel]] = {}
