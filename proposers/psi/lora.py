@@ -1,7 +1,8 @@
 """Uno's diffusion weights: a gated LoRA on q, k, v, o, gate, up and down of every layer of a causal
 LM, and the drafter folder that holds only those weights.
 
-The LoRA branch is multiplied per token by a 0/1 gate: on at noisy (draft) rows, off at clean rows.
+The adapter is harness/targets/adapter.py's (shared with converted diffusion targets): the LoRA branch
+is multiplied per token by a 0/1 gate: on at noisy (draft) rows, off at clean rows.
 A gated-off row takes `torch.where`'s base branch, the base linear's own output, so clean rows
 compute the base model bitwise and their keys/values are the target's: the drafter reads the
 target's KV cache instead of keeping its own. The adapted model is a copy of the base module tree
@@ -16,9 +17,7 @@ the weights it was distilled from: loading it on another base is a one-line User
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -26,41 +25,10 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import UserError
+from harness.targets.adapter import attach, load_lora, lora_state, weights_hash
 
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 WEIGHTS_FILE = "drafter.safetensors"
 META_FILE = "drafter.json"
-
-
-class Gate:
-    """The per-token gate all adapted linears of one model read: None (every row clean) or a bool
-    tensor [batch, rows], True at noisy rows."""
-
-    def __init__(self) -> None:
-        self.mask: Tensor | None = None
-
-
-class GatedLoRALinear(nn.Module):
-    """`base(x)` at gated-off rows, `base(x) + scale * B(A(x))` at gated-on rows."""
-
-    def __init__(self, base: nn.Linear, rank: int, alpha: float, gate: Gate):
-        super().__init__()
-        self.base = base
-        self.gate = gate
-        self.scale = alpha / rank
-        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features, dtype=base.weight.dtype,
-                                               device=base.weight.device))
-        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, dtype=base.weight.dtype,
-                                               device=base.weight.device))
-        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
-
-    def forward(self, x: Tensor) -> Tensor:
-        out = self.base(x)
-        mask = self.gate.mask
-        if mask is None:
-            return out
-        lora = (x @ self.lora_a.T) @ self.lora_b.T * self.scale
-        return torch.where(mask[..., None].to(out.device), out + lora, out)
 
 
 class GatedLoRAModel(nn.Module):
@@ -71,12 +39,8 @@ class GatedLoRAModel(nn.Module):
         super().__init__()
         memo = {id(p): p for p in base.parameters()}  # share the base's weights, copy only the module tree
         self.model = copy.deepcopy(base, memo)
-        self.gate = Gate()
+        self.gate = attach(self.model, rank, alpha)
         self.rank, self.alpha = rank, alpha
-        for name, module in list(self.model.named_modules()):
-            for child_name, child in list(module.named_children()):
-                if child_name in LORA_TARGETS and isinstance(child, nn.Linear):
-                    setattr(module, child_name, GatedLoRALinear(child, rank, alpha, self.gate))
         for parameter in base.parameters():
             parameter.requires_grad_(False)
 
@@ -96,33 +60,12 @@ class GatedLoRAModel(nn.Module):
             self.gate.mask = None
 
     def lora_state(self) -> dict[str, Tensor]:
-        return {name: p for name, p in self.named_parameters() if "lora_" in name}
+        return lora_state(self)
 
     def load_lora(self, state: dict[str, Tensor]) -> None:
-        own = self.lora_state()
-        if set(state) != set(own) or any(state[k].shape != own[k].shape for k in own):
+        if not load_lora(self, state):
             raise UserError(f"the drafter's LoRA weights do not fit this model ({len(state)} tensors for "
-                            f"{len(own)} adapted projections)")
-        with torch.no_grad():
-            for name, value in state.items():
-                own[name].copy_(value.to(own[name].dtype))
-
-
-_HASHES: dict[int, tuple[nn.Module, str]] = {}
-
-
-def weights_hash(model: nn.Module) -> str:
-    """sha256 of the base model's weights (names, shapes, values rounded to bfloat16, so the same
-    weights hash alike whether loaded in float32, float64 or bfloat16); cached per model object."""
-    cached = _HASHES.get(id(model))
-    if cached is not None and cached[0] is model:
-        return cached[1]
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(f"{name}:{tuple(tensor.shape)}".encode())
-        digest.update(tensor.detach().to("cpu", torch.bfloat16).view(torch.int16).numpy().tobytes())
-    _HASHES[id(model)] = (model, digest.hexdigest()[:16])
-    return _HASHES[id(model)][1]
+                            f"{len(lora_state(self))} adapted projections)")
 
 
 def save_drafter(drafter: GatedLoRAModel, folder: Path, meta: dict) -> None:

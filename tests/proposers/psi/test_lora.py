@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from harness.errors import UserError
+from harness.targets.adapter import LORA_TARGETS, GatedLoRALinear
 from harness.targets.ar import ARTarget, tiny_random_ar
-from proposers.psi.lora import LORA_TARGETS, GatedLoRAModel, GatedLoRALinear, load_drafter, save_drafter, weights_hash
+from proposers.psi.lora import GatedLoRAModel, load_drafter, save_drafter, weights_hash
 
 
 @functools.cache
