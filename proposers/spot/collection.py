@@ -18,17 +18,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
 
 import torch
 from torch import Tensor
 from tqdm import tqdm
 
 from harness.decoding import DecodeConfig, NoiseSource, parse_rule, plain_decode
+from harness.errors import UserError
 from harness.targets.target import DLMTarget
+from harness.training.loop import save_state
 from proposers.spot.features import NEITHER, RUNNER_UP, TOP, StaleView, candidates, commit, root_ages, static_features
 from proposers.spot.network import SpotConfig
 from proposers.spot.recipe import SpotRecipe
 
+DATA_FILE = "trajectories.pt"
+"""The collected examples in a run folder (`collected`), reused by a run of the same collection."""
 CHUNK = 16
 """Generations per Ray task: large enough to amortise a task, small enough to keep every worker busy."""
 
@@ -123,6 +129,8 @@ def collection_of(recipe: SpotRecipe) -> dict:
             "max_depth": config.max_depth, "max_age": config.max_age}
 
 
+P = TypeVar("P")
+"""A collected part: one generation's `Views` (SPOT) or `SetViews` (SPOT-Sets)."""
 Job = tuple[str, list[int], float]
 """(source, prompt ids, temperature) of one generation. The caller builds the jobs from train-split
 prompts (`spotbench train-proposer`), so this module needs no task registry."""
@@ -156,15 +164,47 @@ def collect_all(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job],
                 map_chunks: ChunkMap | None = None) -> tuple[list[Views], list[str]]:
     """Every generation of `jobs`, in job order, and their sources (`task/train/i@T=t`). Chunks of
     CHUNK generations run here, or through `map_chunks` (which then loads the target itself)."""
+    return collect_in_chunks(collect_jobs, collect_chunk, recipe, target, jobs, map_chunks)
+
+
+def collect_in_chunks(collect_jobs: Callable[..., list[P]], collect_chunk: Callable[..., list[P]], settings: object,
+                      target: DLMTarget, jobs: list[Job], map_chunks: ChunkMap | None) -> tuple[list[P], list[str]]:
+    """The chunked collection of SPOT and SPOT-Sets: `collect_jobs(settings, target, first, jobs)` on
+    each chunk here, or `collect_chunk(first, settings, jobs)` through `map_chunks`; the parts in job
+    order and the jobs' sources."""
     sources = [f"{source}@T={temperature:g}" for source, _, temperature in jobs]
     firsts = list(range(0, len(jobs), CHUNK))
     if map_chunks is None:
-        chunks: Iterable[list[Views]] = (collect_jobs(recipe, target, f, jobs[f : f + CHUNK]) for f in firsts)
+        chunks: Iterable[list[P]] = (collect_jobs(settings, target, f, jobs[f : f + CHUNK]) for f in firsts)
     else:
-        chunks = map_chunks(collect_chunk, firsts, (recipe, jobs))
-    parts: list[Views] = []
+        chunks = map_chunks(collect_chunk, firsts, (settings, jobs))
+    parts: list[P] = []
     with tqdm(total=len(jobs), desc="collect", unit="gen") as bar:
         for chunk in chunks:
             parts += chunk
             bar.update(len(chunk))
     return parts, sources
+
+
+def collected(run_dir: Path, collection: dict, settings: str, collect: Callable[[], tuple[list[P], list[str]]]
+              ) -> tuple[list[P], list[str]]:
+    """The run folder's collected parts and sources if it holds data of the same `collection`
+    (`collection_of`), else `collect()`'s, saved there first. `settings` names the collection's
+    fields in the refusal."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    data_path = run_dir / DATA_FILE
+    if data_path.exists():
+        saved = torch.load(data_path, weights_only=False)
+        if saved.get("collection") != collection:
+            raise UserError(f"{data_path} was collected for another {settings} than this recipe's; use a new --run-dir")
+        return saved["parts"], saved["sources"]
+    parts, sources = collect()
+    save_state(data_path, {"collection": collection, "parts": parts, "sources": sources})
+    return parts, sources
+
+
+def held_out(parts: list[P], seed: int, fraction: float) -> tuple[list[P], list[P]]:
+    """(validation, training) parts: a `fraction` of the generations (at least one), drawn by `seed`."""
+    split = torch.randperm(len(parts), generator=torch.Generator().manual_seed(seed))
+    held = max(1, int(len(parts) * fraction))
+    return [parts[i] for i in split[:held].tolist()], [parts[i] for i in split[held:].tolist()]

@@ -136,11 +136,17 @@ class SpotEnsemble(nn.Module):
         return position, torch.where(position[..., None].isfinite(), joint - position[..., None], committed_anyway)
 
 
-def save_spot(net: SpotNet, folder: Path, provenance: dict) -> None:
+def save_net(net: SpotNet, folder: Path, weights_file: str, config_file: str, meta: dict) -> None:
+    """A checkpoint folder of SPOT or SPOT-Sets: the weights (safetensors) and a JSON record of the
+    model config, the parameter count and `meta`."""
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(folder / WEIGHTS_FILE))
-    meta = {"config": asdict(net.config), "parameters": sum(p.numel() for p in net.parameters())} | provenance
-    (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(folder / weights_file))
+    meta = {"config": asdict(net.config), "parameters": sum(p.numel() for p in net.parameters())} | meta
+    (folder / config_file).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def save_spot(net: SpotNet, folder: Path, provenance: dict) -> None:
+    save_net(net, folder, WEIGHTS_FILE, CONFIG_FILE, provenance)
 
 
 def load_spot(folder: str | Path) -> SpotNet:

@@ -22,10 +22,9 @@ from harness.results import git_revision
 from harness.targets.target import DLMTarget
 from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
 from proposers.spot.network import CONFIG_FILE, SpotConfig, SpotEnsemble, SpotNet, joint_logp, load_spot, save_spot
-from proposers.spot.collection import ChunkMap, Job, Views, collect_all, collection_of
+from proposers.spot.collection import ChunkMap, Job, Views, collect_all, collected, collection_of, held_out
 from proposers.spot.recipe import SpotRecipe
 
-DATA_FILE = "trajectories.pt"
 STATE_FILE = "train_state.pt"
 
 
@@ -107,22 +106,9 @@ def train(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], run_dir: Path,
     if recipe.init_checkpoint is not None:
         weights, started_from = initial_weights(recipe.init_checkpoint, config)
     teacher, taught_by = teachers_of(recipe, config)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    data_path = run_dir / DATA_FILE
-    collection = collection_of(recipe)
-    if data_path.exists():
-        saved = torch.load(data_path, weights_only=False)
-        if saved.get("collection") != collection:
-            raise UserError(f"{data_path} was collected for another target, tasks, temperatures, lengths, seed or "
-                            f"depth than this recipe's; use a new --run-dir")
-        parts, sources = saved["parts"], saved["sources"]
-    else:
-        parts, sources = collect_all(recipe, target, jobs, map_chunks)
-        save_state(data_path, {"collection": collection, "parts": parts, "sources": sources})
-    split = torch.randperm(len(parts), generator=torch.Generator().manual_seed(recipe.seed))
-    held = max(1, int(len(parts) * recipe.validation_fraction))
-    validation = Views.cat([parts[i] for i in split[:held].tolist()])
-    training = Views.cat([parts[i] for i in split[held:].tolist()])
+    parts, sources = collected(run_dir, collection_of(recipe), "target, tasks, temperatures, lengths, seed or depth",
+                               lambda: collect_all(recipe, target, jobs, map_chunks))
+    validation, training = (Views.cat(chosen) for chosen in held_out(parts, recipe.seed, recipe.validation_fraction))
     training_seed = recipe.seed if recipe.training_seed is None else recipe.training_seed
     torch.manual_seed(training_seed)
     net = SpotNet(config)

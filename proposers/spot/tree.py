@@ -292,18 +292,16 @@ def grow(net: nn.Module, request: DraftRequest, lookahead: int) -> tuple[DraftTr
     return DraftTree(tuple(nodes)), inputs
 
 
-class SpotProposer:
-    """SPOT's draft trees (module docstring), grown by `grow`.
+class StaleViewTreeProposer:
+    """What SPOT and SPOT-Sets share around their tree search: a network `net`, the most rows of one
+    of its calls (`lookahead`), nothing drafted without a stale view or budget, and the confidence
+    chain under a rule other than theirs or a confidence that is not a probability (so a library
+    caller stays lossless). `draft` grows the tree."""
 
-    `lookahead`: the most rows of one network call, the missing node's and those the search expects
-    to expand next (`plan`); 1 calls the network once per expanded node, with batch 1. The tree
-    does not depend on it (up to float near-ties, module docstring). Devices: the work over
-    the vocabulary (stale view, candidates) runs on the stale logits' device, the network on its
-    parameters' device (move it with `net.to(device)` to keep a GPU pass on the GPU); only features
-    and outputs cross.
-    """
+    rule = ""
+    """The rule's name (`Rule.name`) the tree search drafts for."""
 
-    def __init__(self, net: SpotNet | SpotEnsemble, lookahead: int = DEFAULT_LOOKAHEAD):
+    def __init__(self, net: nn.Module, lookahead: int = DEFAULT_LOOKAHEAD):
         if lookahead < 1:
             raise ValueError(f"lookahead must be >= 1, got {lookahead}")
         self.net = net
@@ -314,6 +312,29 @@ class SpotProposer:
     def propose(self, request: DraftRequest) -> DraftTree:
         if request.stale is None or request.budget == 0:
             return DraftTree()
-        if request.rule.name != "top1" or request.rule.confidence not in SUPPORTED_CONFIDENCE:
+        if request.rule.name != self.rule or request.rule.confidence not in SUPPORTED_CONFIDENCE:
             return self.fallback.propose(request)
+        return self.draft(request)
+
+    def draft(self, request: DraftRequest) -> DraftTree:
+        raise NotImplementedError
+
+
+class SpotProposer(StaleViewTreeProposer):
+    """SPOT's draft trees (module docstring), grown by `grow`.
+
+    `lookahead`: the most rows of one network call, the missing node's and those the search expects
+    to expand next (`plan`); 1 calls the network once per expanded node, with batch 1. The tree
+    does not depend on it (up to float near-ties, module docstring). Devices: the work over
+    the vocabulary (stale view, candidates) runs on the stale logits' device, the network on its
+    parameters' device (move it with `net.to(device)` to keep a GPU pass on the GPU); only features
+    and outputs cross.
+    """
+
+    rule = "top1"
+
+    def __init__(self, net: SpotNet | SpotEnsemble, lookahead: int = DEFAULT_LOOKAHEAD):
+        super().__init__(net, lookahead)
+
+    def draft(self, request: DraftRequest) -> DraftTree:
         return grow(self.net, request, self.lookahead)[0]

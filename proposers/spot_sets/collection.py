@@ -15,18 +15,16 @@ where the chunks run. Prompts come from the caller (train splits, `spotbench tra
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 from torch import Tensor
-from tqdm import tqdm
 
 from harness.decoding import DecodeConfig, NoiseSource, Rule, parse_rule, plain_decode
 from harness.targets.target import DLMTarget
 from proposers.spot.features import NEITHER, RUNNER_UP, TOP, StaleView, candidates, root_ages, static_features
-from proposers.spot.collection import CHUNK, ChunkMap, Job, cat_views
+from proposers.spot.collection import CHUNK, ChunkMap, Job, cat_views, collect_in_chunks
 from proposers.spot_sets.tree import commit_set
 
 NOT_COMMITTED = -1
@@ -144,16 +142,4 @@ def collect_all(settings: Collecting, target: DLMTarget, jobs: list[Job], map_ch
                 ) -> tuple[list[SetViews], list[str]]:
     """Every generation of `jobs`, in job order, and their sources (`task/split/i@T=t`); chunks run
     here or through `map_chunks` (see `proposers.spot.collection.collect_all`)."""
-    sources = [f"{source}@T={temperature:g}" for source, _, temperature in jobs]
-    firsts = list(range(0, len(jobs), CHUNK))
-    chunks: Iterable[list[SetViews]]
-    if map_chunks is None:
-        chunks = (collect_jobs(settings, target, f, jobs[f : f + CHUNK]) for f in firsts)
-    else:
-        chunks = map_chunks(collect_chunk, firsts, (settings, jobs))
-    parts: list[SetViews] = []
-    with tqdm(total=len(jobs), desc="collect", unit="gen") as bar:
-        for chunk in chunks:
-            parts += chunk
-            bar.update(len(chunk))
-    return parts, sources
+    return collect_in_chunks(collect_jobs, collect_chunk, settings, target, jobs, map_chunks)

@@ -26,11 +26,11 @@ with the stale view's own rule for one other target at one tau; the proposer
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from proposers.spot.features import (
@@ -42,7 +42,7 @@ from proposers.spot.features import (
     TOP,
     gap_to_best,
 )
-from proposers.spot.network import SpotConfig, SpotNet
+from proposers.spot.network import SpotConfig, SpotNet, save_net
 
 WEIGHTS_FILE = "spot_sets.safetensors"
 CONFIG_FILE = "spot_sets.json"
@@ -159,10 +159,7 @@ def predict(net: nn.Module, calibration: Calibration | None, static: Tensor, can
 
 
 def save_spot_sets(net: SpotSetsNet, folder: Path, meta: dict) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(folder / WEIGHTS_FILE))
-    meta = {"config": asdict(net.config), "parameters": sum(p.numel() for p in net.parameters())} | meta
-    (folder / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    save_net(net, folder, WEIGHTS_FILE, CONFIG_FILE, meta)
 
 
 def read_meta(folder: str | Path) -> dict:

@@ -29,13 +29,12 @@ from harness.validation import (Count, Fraction, NonNegative, NonNegativeInt, Po
 from proposers.spot.features import CONFIDENCE, LOG_ODDS, MASKED, TOP
 from proposers.spot.network import SpotConfig
 from proposers.spot.network import CONFIG_FILE as SPOT_CONFIG_FILE
-from proposers.spot.collection import ChunkMap, Job
+from proposers.spot.collection import ChunkMap, Job, collected, held_out
 from proposers.spot_sets.network import (CONFIG_FILE, MAX_TAU, Calibration, SpotSetsNet, load_spot_sets, predict,
                                  read_meta, rule_inputs, save_spot_sets, threshold_tau)
 from proposers.spot_sets.collection import SetViews, collect_all
 from proposers.spot.training import checkpoint_at, examples_where
 
-DATA_FILE = "trajectories.pt"
 STATE_FILE = "train_state.pt"
 EVAL_EXAMPLES = 20000
 """Validation examples the learning curve is measured on (every k-th, fixed): the full set at the end."""
@@ -196,22 +195,10 @@ def train(recipe: SpotSetsRecipe, target: DLMTarget, jobs: list[Job], run_dir: P
     torch.manual_seed(recipe.seed if recipe.training_seed is None else recipe.training_seed)
     net = SpotSetsNet(config)
     started_from = initial_weights(recipe.init_checkpoint, net) if recipe.init_checkpoint else None
-    run_dir.mkdir(parents=True, exist_ok=True)
-    data_path = run_dir / DATA_FILE
-    collection = collection_of(recipe)
-    if data_path.exists():
-        saved = torch.load(data_path, weights_only=False)
-        if saved.get("collection") != collection:
-            raise UserError(f"{data_path} was collected for another target, rule, tasks, temperatures, lengths, "
-                            "seed or depth than this recipe's; use a new --run-dir")
-        parts, sources = saved["parts"], saved["sources"]
-    else:
-        parts, sources = collect_all(recipe, target, jobs, map_chunks)
-        save_state(data_path, {"collection": collection, "parts": parts, "sources": sources})
-    split = torch.randperm(len(parts), generator=torch.Generator().manual_seed(recipe.seed))
-    held = max(1, int(len(parts) * recipe.validation_fraction))
-    validation = SetViews.cat([parts[i] for i in split[:held].tolist()])
-    training = SetViews.cat([parts[i] for i in split[held:].tolist()])
+    parts, sources = collected(run_dir, collection_of(recipe),
+                               "target, rule, tasks, temperatures, lengths, seed or depth",
+                               lambda: collect_all(recipe, target, jobs, map_chunks))
+    validation, training = (SetViews.cat(chosen) for chosen in held_out(parts, recipe.seed, recipe.validation_fraction))
     probe = every_kth(validation, EVAL_EXAMPLES)
     training_seed = recipe.seed if recipe.training_seed is None else recipe.training_seed
     names = [name for name, _ in net.named_parameters()]

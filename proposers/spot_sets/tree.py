@@ -34,9 +34,8 @@ import torch
 from torch import Tensor, nn
 
 from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
-from proposers.baselines.confidence import ConfidenceProposer
-from proposers.spot.features import MASKED, SUPPORTED_CONFIDENCE
-from proposers.spot.tree import DepthTables, SearchInputs
+from proposers.spot.features import MASKED
+from proposers.spot.tree import DepthTables, SearchInputs, StaleViewTreeProposer
 from proposers.spot_sets.network import Calibration, SpotSetsNet, predict
 
 Path = tuple[tuple[int, ...], ...]
@@ -253,7 +252,7 @@ def grow(net: nn.Module, calibration: Calibration | None, request: DraftRequest,
     return DraftTree(tuple(nodes)), search
 
 
-class SpotSetsProposer:
+class SpotSetsProposer(StaleViewTreeProposer):
     """SPOT-Sets' draft trees (proposers/spot_sets/network.py), grown by `grow` (module docstring).
 
     `lookahead`: the most rows of one network call (the missing node and the chain guessed below
@@ -267,18 +266,11 @@ class SpotSetsProposer:
     block on a block-causal target) it drafts nothing.
     """
 
-    def __init__(self, net: SpotSetsNet, calibration: Calibration | None = None, lookahead: int = DEFAULT_LOOKAHEAD):
-        if lookahead < 1:
-            raise ValueError(f"lookahead must be >= 1, got {lookahead}")
-        self.net = net
-        self.calibration = calibration
-        self.lookahead = lookahead
-        self.fallback = ConfidenceProposer()
+    rule = "threshold"
 
-    @torch.no_grad()
-    def propose(self, request: DraftRequest) -> DraftTree:
-        if request.stale is None or request.budget == 0:
-            return DraftTree()
-        if request.rule.name != "threshold" or request.rule.confidence not in SUPPORTED_CONFIDENCE:
-            return self.fallback.propose(request)
+    def __init__(self, net: SpotSetsNet, calibration: Calibration | None = None, lookahead: int = DEFAULT_LOOKAHEAD):
+        super().__init__(net, lookahead)
+        self.calibration = calibration
+
+    def draft(self, request: DraftRequest) -> DraftTree:
         return grow(self.net, self.calibration, request, self.lookahead)[0]

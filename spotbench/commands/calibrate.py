@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
                                      threshold_tau)
     from proposers.spot_sets.collection import SetViews, collect_all
     from harness.training.loop import save_state
-    from proposers.spot_sets.training import DATA_FILE, evaluate, fit_calibration
+    from proposers.spot.collection import DATA_FILE
+    from proposers.spot_sets.training import evaluate, fit_calibration
     from spotbench.commands.calibrate_spiffy import calibration_set, load_prompts, temperatures
 
     torch.set_num_threads(1)

@@ -13,9 +13,9 @@ import torch
 from harness.targets.registry import load_target
 from harness.validation import read_mapping
 from proposers.spot.network import CONFIG_FILE, WEIGHTS_FILE, SpotConfig, load_spot
-from proposers.spot.collection import Views, collect, recipe_jobs
+from proposers.spot.collection import DATA_FILE, Views, collect, recipe_jobs
 from proposers.spot.recipe import SpotRecipe
-from proposers.spot.training import DATA_FILE, train
+from proposers.spot.training import train
 from tasks.registry import train_prompts
 
 PROMPT = list(b"Q: 2+2=?\nA:")
