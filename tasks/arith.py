@@ -165,4 +165,4 @@ class Arith:
         return "built-in"
 
     def self_check(self, data_dir: str | None = None, limit: int | None = None) -> SelfCheck:
-        return self_check(self, data_dir, limit, allowed_failures=0)
+        return self_check(self, data_dir, limit, allowed_rate=0.0)

@@ -98,11 +98,13 @@ def cut(text: str, stop_strings: tuple[str, ...]) -> str:
     return text[:end]
 
 
-def self_check(task: Task, data_dir: str | None, limit: int | None, allowed_failures: int,
+def self_check(task: Task, data_dir: str | None, limit: int | None, allowed_rate: float,
                **score_options: Any) -> SelfCheck:
-    """Score each sample's reference completion; a scorer that rejects gold answers is broken."""
+    """Score each sample's reference completion; a scorer that rejects gold answers is broken.
+    `allowed_rate` is the fraction of the checked samples that may fail (rounded down, so a check
+    of a few samples allows none)."""
     samples = task.load(None, limit=limit, data_dir=data_dir)
     results = task.score(samples, [s.target for s in samples], **score_options)
     failures = [s.sample_id for s, r in zip(samples, results) if not r["correct"]]
     return SelfCheck(task.name, len(samples), len(samples) - len(failures), failures,
-                     allowed_failures)
+                     int(allowed_rate * len(samples)))

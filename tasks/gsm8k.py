@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.errors import UserError
 from tasks import data, metrics
 from tasks.base import Sample, SelfCheck, cut, render, self_check
 
@@ -23,6 +24,16 @@ INSTRUCTION = "Solve the problem step by step. End with a line '#### <number>'."
 
 def reference_number(answer: str) -> str:
     return answer.rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def checked_rows(rows: list[dict[str, Any]], source: data.Source) -> list[dict[str, Any]]:
+    """Rows whose question and answer are text, the answer with its `#### n` line (UserError if not)."""
+    for number, row in enumerate(rows, 1):
+        if not (isinstance(row["question"], str) and isinstance(row["answer"], str) and "####" in row["answer"]):
+            raise UserError(f"task gsm8k: {source.filename} row {number}: question and answer must be text, the "
+                            f"answer ending in '#### <number>' (got answer {row['answer']!r}); replace it with the "
+                            f"published file (hub id {source.hub_id})")
+    return rows
 
 
 def format_example(question: str, answer: str | None = None) -> str:
@@ -53,14 +64,14 @@ class GSM8K:
     def load(self, split: str | None = None, limit: int | None = None,
              data_dir: str | None = None) -> list[Sample]:
         split = split or self.default_split
-        rows = data.load_rows(self.name, SOURCES[split], data_dir)[:limit]
+        rows = checked_rows(data.load_rows(self.name, SOURCES[split], data_dir), SOURCES[split])[:limit]
         samples = [
             Sample(f"{split}/{i}", row["question"], " " + row["answer"],
                    reference_number(row["answer"]))
             for i, row in enumerate(rows)
         ]
         if self.num_fewshot and split == "test":
-            shots = data.load_rows(self.name, SOURCES["train"], data_dir)[: self.num_fewshot]
+            shots = checked_rows(data.load_rows(self.name, SOURCES["train"], data_dir), SOURCES["train"])[: self.num_fewshot]
             context = "".join(format_example(r["question"], r["answer"]) for r in shots)
             turns = tuple((format_example(r["question"]), " " + r["answer"]) for r in shots)
             samples = [Sample(s.sample_id, s.question, s.target, s.reference, {"fewshot": context, "shots": turns})
@@ -82,4 +93,4 @@ class GSM8K:
         return data.status(SOURCES[self.default_split], data_dir)
 
     def self_check(self, data_dir: str | None = None, limit: int | None = None) -> SelfCheck:
-        return self_check(self, data_dir, limit, allowed_failures=0)
+        return self_check(self, data_dir, limit, allowed_rate=0.0)

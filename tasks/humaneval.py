@@ -35,7 +35,8 @@ class HumanEval:
     default_split: str = "test"
     stop_strings: tuple[str, ...] = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#",
                                      "\n```")
-    timeout_s: float = 10.0
+    timeout_s: float = 10.0  # CPU seconds per program (the wall clock only backs it up)
+    sandboxed = True  # scores by running code: runs check the jail first (registry.check_scorers)
 
     def load(self, split: str | None = None, limit: int | None = None,
              data_dir: str | None = None) -> list[Sample]:
@@ -58,4 +59,4 @@ class HumanEval:
         return data.status(SOURCE, data_dir)
 
     def self_check(self, data_dir: str | None = None, limit: int | None = None) -> SelfCheck:
-        return self_check(self, data_dir, limit, allowed_failures=0)
+        return self_check(self, data_dir, limit, allowed_rate=0.0)

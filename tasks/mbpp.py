@@ -39,7 +39,8 @@ class MBPP:
     default_split: str = "test"
     stop_strings: tuple[str, ...] = ("[DONE]",)
     num_fewshot: int = 3
-    timeout_s: float = 10.0
+    timeout_s: float = 10.0  # CPU seconds per program (the wall clock only backs it up)
+    sandboxed = True  # scores by running code: runs check the jail first (registry.check_scorers)
 
     def load(self, split: str | None = None, limit: int | None = None,
              data_dir: str | None = None) -> list[Sample]:
@@ -69,4 +70,4 @@ class MBPP:
         return data.status(SOURCE, data_dir)
 
     def self_check(self, data_dir: str | None = None, limit: int | None = None) -> SelfCheck:
-        return self_check(self, data_dir, limit, allowed_failures=5)
+        return self_check(self, data_dir, limit, allowed_rate=0.01)

@@ -39,6 +39,15 @@ def get_task(name: str, num_fewshot: int | None = None) -> Task:
     return task
 
 
+def check_scorers(names: list[str] | tuple[str, ...]) -> None:
+    """Before a run scores anything: if a task scores by running code, the sandbox must prove that it
+    scores (`tasks.sandbox.check_jail`), else a UserError naming what the jail said."""
+    if any(getattr(get_task(n), "sandboxed", False) for n in names if not n.startswith(PREFIX)):
+        from tasks.sandbox import check_jail
+
+        check_jail()
+
+
 def train_prompts(limits: dict[str, int], tokenizer: Any) -> list[tuple[str, list[int]]]:
     """(`task/train/i`, zero-shot prompt ids) for the first `limit` train-split samples of each task:
     what learned proposers are trained on. Only train splits: nothing from a test split trains anything."""

@@ -1,8 +1,8 @@
 """The two processes of one sandboxed run, `program` and `judge` (see `tasks.sandbox`).
 
 Each starts as `python -I -B launcher.py ROLE` in its own bubblewrap jail, reads one JSON job from
-stdin, applies its rlimits, and talks to the other over two pipes (fds named in the job), one JSON
-message a line:
+stdin, makes its working directory (its own, so the code may remove it), applies its rlimits, and
+talks to the other over two pipes (fds named in the job), one JSON message a line:
 
 - program: runs the model-written code, then answers the judge's requests (look up names, call an
   object, get or set an attribute). Values cross as plain data tagged by their exact type; any other
@@ -35,7 +35,7 @@ PROCESS_EVENTS = {
 # Modules that reach below the audit hooks (raw fork+exec, memory access, hook-free interpreters).
 REFUSED_IMPORTS = {"_posixsubprocess", "_xxsubinterpreters", "_testcapi", "_testinternalcapi",
                    "_testmultiphase", "_testbuffer", "_testimportmultiple"}
-PATH_EVENTS = {  # event -> indexes of the path arguments that must stay inside the work dir
+PATH_EVENTS = {  # event -> indexes of the path arguments that must stay inside /tmp
     "os.remove": (0,), "os.rmdir": (0,), "os.rename": (0, 1), "os.link": (0, 1), "os.symlink": (1,),
     "os.mkdir": (0,), "os.truncate": (0,), "os.chmod": (0,), "os.chown": (0,), "os.utime": (0,),
     "os.chflags": (0,), "os.setxattr": (0,), "os.removexattr": (0,), "os.mkfifo": (0,),
@@ -66,6 +66,12 @@ def read_job() -> dict:
     os.dup2(devnull, 0)
     os.close(devnull)
     return job
+
+
+def enter_work_dir(job: dict) -> None:
+    """Make the job's working directory as the jailed uid and move into it."""
+    os.mkdir(job["work_dir"], 0o700)
+    os.chdir(job["work_dir"])
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -228,7 +234,7 @@ def serve(namespace: dict, channel: list[int]) -> None:
 
 def program(job: dict) -> None:
     write, exit_now, exec_ = os.write, os._exit, exec
-    root = os.path.realpath(os.getcwd())
+    root = os.path.realpath(job["tmp_dir"])
     readable = tuple({os.path.realpath(p)
                       for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if p})
     set_limits(job["limits"])
@@ -390,4 +396,9 @@ def judge(job: dict) -> None:
 
 
 if __name__ == "__main__":
-    {"program": program, "judge": judge}[sys.argv[1]](read_job())
+    def main() -> None:
+        job = read_job()
+        enter_work_dir(job)
+        {"program": program, "judge": judge}[sys.argv[1]](job)
+
+    main()

@@ -118,7 +118,7 @@ def test_the_jail_runs_unprivileged_alone_and_offline():
     assert outcome.passed, outcome.stderr
     ids, root, caps, links = outcome.stdout.splitlines()
     uid, cwd = ids.split()
-    assert int(uid) != 0 and cwd == sandbox.WORKDIR
+    assert int(uid) != 0 and cwd == sandbox.work_dir()
     python_trees = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     bound_tops = {Path(tree).parts[1] for tree in python_trees}  # wherever the venv was cloned
     assert set(eval(root)) <= {"bin", "dev", "lib", "lib32", "lib64", "libx32", "proc", "sbin",

@@ -34,6 +34,16 @@ def test_check_fails_when_a_scorer_rejects_gold_answers(capsys, monkeypatch):
     assert "5/10 passed  FAIL" in out and "test/1 test/3" in out
 
 
+def test_check_fails_when_every_checked_sample_fails(capsys, monkeypatch):
+    """A task's allowed failures are a share of what was checked: none of a few (MBPP allows 1%)."""
+    from tasks.mbpp import MBPP
+
+    monkeypatch.setattr(MBPP, "score", lambda self, samples, completions: [
+        {"correct": False} for _ in samples])
+    assert main(["tasks", "check", "mbpp", "--limit", "3"]) == 1
+    assert "0/3 passed  FAIL" in capsys.readouterr().out
+
+
 def test_missing_data_exits_2_with_one_line(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     data.hub_reachable.cache_clear()

@@ -6,6 +6,8 @@ bubblewrap jail and the tests in a separate judge jail that receives the program
 data, so a pass is only the judge's own verdict (see `tasks.sandbox`).
 """
 
+import math
+
 import datasets
 import evaluate
 
@@ -25,7 +27,7 @@ class CodePassAt1(evaluate.Metric):
 
     def _compute(self, predictions, references, timeout_s=10.0, workers=None):
         programs = [[("solution", p), ("tests", r)] for p, r in zip(predictions, references)]
-        outcomes = run_many(programs, Limits(wall_s=timeout_s), workers)
+        outcomes = run_many(programs, Limits(cpu_s=math.ceil(timeout_s)), workers)
         return {
             "pass@1": sum(o.passed for o in outcomes) / max(len(outcomes), 1),
             "passed": [o.passed for o in outcomes],
