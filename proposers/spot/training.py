@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
@@ -97,6 +97,18 @@ def teachers_of(recipe: SpotRecipe, config: SpotConfig) -> tuple[SpotEnsemble | 
     return (SpotEnsemble(nets).eval() if nets else None), records
 
 
+def resumed(path: Path, recipe: object, net: nn.Module, optimizer: torch.optim.Optimizer, order: torch.Generator
+            ) -> dict | None:
+    """The training state a run folder keeps (None on a fresh run; a run of another recipe is
+    refused), with the network, the optimizer and the example order restored from it."""
+    state = load_state(path, recipe, "use a new --run-dir")
+    if state is not None:
+        net.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        order.set_state(state["order"])
+    return state
+
+
 def train(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], run_dir: Path, out_dir: Path,
           map_chunks: ChunkMap | None = None) -> dict:
     """Collect `jobs` (or reuse the run folder's data; `map_chunks` says where chunks run, see
@@ -119,11 +131,8 @@ def train(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], run_dir: Path,
     order = torch.Generator().manual_seed(training_seed + 1)
     step = 0
     state_path = run_dir / STATE_FILE
-    state = load_state(state_path, recipe, "use a new --run-dir")
+    state = resumed(state_path, recipe, net, optimizer, order)
     if state is not None:
-        net.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        order.set_state(state["order"])
         step = state["step"]
         if averaged is not None:
             averaged.load_state_dict(state["averaged"])

@@ -23,7 +23,7 @@ from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.results import git_revision
 from harness.targets.target import DLMTarget
-from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
+from harness.training.loop import optimizer_step, save_state, warmup_cosine
 from harness.validation import (Count, Fraction, NonNegative, NonNegativeInt, Positive, Seed, Text, accepts, listed,
                                 options_of)
 from proposers.spot.features import CONFIDENCE, LOG_ODDS, MASKED, TOP
@@ -33,7 +33,7 @@ from proposers.spot.collection import ChunkMap, Job, collected, held_out
 from proposers.spot_sets.network import (CONFIG_FILE, MAX_TAU, Calibration, SpotSetsNet, load_spot_sets, predict,
                                  read_meta, rule_inputs, save_spot_sets, threshold_tau)
 from proposers.spot_sets.collection import SetViews, collect_all
-from proposers.spot.training import checkpoint_at, examples_where
+from proposers.spot.training import checkpoint_at, examples_where, resumed
 
 STATE_FILE = "train_state.pt"
 EVAL_EXAMPLES = 20000
@@ -212,11 +212,8 @@ def train(recipe: SpotSetsRecipe, target: DLMTarget, jobs: list[Job], run_dir: P
     order = torch.Generator().manual_seed(training_seed + 1)
     step, curve = 0, []
     state_path = run_dir / STATE_FILE
-    state = load_state(state_path, recipe, "use a new --run-dir")
+    state = resumed(state_path, recipe, net, optimizer, order)
     if state is not None:
-        net.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        order.set_state(state["order"])
         step, curve = state["step"], state["curve"]
     if step == 0:
         curve = [{"step": 0} | evaluate(net.eval(), probe, recipe.tau)]
