@@ -1,4 +1,4 @@
-"""The table of docs/spot.md (SPOT-Sets) and docs/spiffy.md from run directories (a script, not a test).
+"""The threshold table of docs/spot_sets.md and docs/spiffy.md from run directories (a script, not a test).
 
     python benchmarks/threshold_table.py RUN_DIR [RUN_DIR ...]
 

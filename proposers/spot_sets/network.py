@@ -48,7 +48,7 @@ WEIGHTS_FILE = "spot_sets.safetensors"
 CONFIG_FILE = "spot_sets.json"
 CALIBRATION_FILE = "calibration.json"
 DEFAULT_CHECKPOINT = "spot-sets-sdar-a-0.9"
-"""The registry's bare `spot-sets`: the zoo checkpoint trained on sdar-a at tau 0.9 (docs/spot.md)."""
+"""The registry's bare `spot-sets`: the zoo checkpoint trained on sdar-a at tau 0.9 (docs/spot_sets.md)."""
 TAU_FEATURES = 3
 """Per position and depth: log-odds of the candidate's confidence minus logit(tau) (> 0: the stale
 view commits it), log-confidence minus log(tau), and logit(tau) itself."""

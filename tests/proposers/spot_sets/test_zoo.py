@@ -59,7 +59,7 @@ def test_zoo_spot_sets_is_exact_on_sdar_a_and_saves_passes(temperature):
     reference = plain_decode(target, prompt, cfg)
     spec = speculative_decode(target, prompt, build_proposer("spot-sets", target, reference), cfg, 8)
     assert spec.steps == reference.steps and torch.equal(spec.tokens, reference.tokens)
-    # how it compares with the confidence set is a measured table over many prompts (docs/spot.md),
+    # how it compares with the confidence set is a measured table over many prompts (docs/spot_sets.md),
     # not a property of one prompt
     assert spec.metrics.nfe < reference.metrics.nfe
 
