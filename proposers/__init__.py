@@ -1,7 +1,11 @@
-"""Draft proposers: the Proposer protocol and its implementations.
+"""Draft proposers: the registry and one package per method.
 
-The protocol (`Proposer`, `DraftRequest`, `DraftTree`) is defined in `harness.decoding.tree`, next
-to the loop that calls it, since dependencies point downward (`proposers -> harness`).
+`registry.py` is the one door (proposers by name, `name[:argument]`); the methods are packages, each
+with its training: `spot` (SPOT), `spot_sets` (SPOT-Sets, threshold decoding), `psi` (Psi-Spec, for
+autoregressive targets), `spiffy` (calibrated draft graphs) and `baselines` (confidence order,
+oracles, prompt lookup, draft model). The protocol (`Proposer`, `DraftRequest`, `DraftTree`) is
+defined in `harness.decoding.tree`, next to the loop that calls it, since dependencies point
+downward (`proposers -> harness`).
 """
 
 from harness.decoding.tree import DraftNode, DraftRequest, DraftTree, Proposer
