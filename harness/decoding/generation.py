@@ -5,6 +5,7 @@ until the block holding answer position `gen_length - 1` is finished or a block 
 among its answer positions. A finished block has no mask, so that EOS has no mask before it and the
 answer cannot change any more; this rule is the same for every arm. `Generation.tokens` keeps every
 committed answer position (what the lossless check compares); `answer_ids` cuts it at the first EOS
+and, for a family whose published generate returns only gen_length positions (LLaDA2), at gen_length
 (what gets decoded and scored). On the absolute block grid of block-causal families the first block
 starts with the prompt's tail (`Generation.first_state`), which is not part of the answer.
 """
@@ -87,6 +88,9 @@ class Generation:
     """Why each pass stopped (`harness.decoding.tree.stop_reason`)."""
     first_state: Tensor | None = None
     """[B] a block-diffusion generation's first block before any commit (`TargetSession.first_state`)."""
+    answer_length: int | None = None
+    """The answer positions the family's published generate returns (gen_length for LLaDA2); None:
+    every committed one (SDAR returns the whole canvas, to the end of the last block)."""
 
     def blocks(self, mask_id: int) -> list[BlockSpan]:
         """The finished blocks of a block-diffusion generation, in order: what a consumer of its
@@ -105,8 +109,8 @@ class Generation:
 
     @property
     def answer_ids(self) -> list[int]:
-        """The answer up to (not including) the first EOS."""
-        ids = self.tokens.tolist()
+        """The answer up to (not including) the first EOS, within `answer_length`."""
+        ids = self.tokens.tolist()[: self.answer_length]
         return ids[: ids.index(self.eos_id)] if self.eos_id in ids else ids
 
 

@@ -78,6 +78,7 @@ def replay(plain: Generation, proposer: Proposer, config: DecodeConfig, budget: 
     """The speculative generation `proposer` would give at `budget`: its passes, commits and stops."""
     target = RecordedTarget(plain, config.rule.mask_id)
     generation = speculative_decode(target, [0], proposer, config, budget)  # type: ignore[arg-type]
+    generation.answer_length = plain.answer_length
     if generation.steps != plain.steps:
         raise ValueError("the replay left the recorded plain trajectory: the plain generation is not this "
                          "config's (rule, temperature, seed, geometry)")

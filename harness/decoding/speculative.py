@@ -98,7 +98,14 @@ def speculative_decode(
     metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(steps)
     return Generation(session.answer(), steps, pass_commits, records if trace else None, metrics, target.eos_id,
                       kept if keep_logits else None, following if keep_logits else None, stops,
-                      session.first_state())
+                      session.first_state(), answer_length(target, config))
+
+
+def answer_length(target: DLMTarget, config: DecodeConfig) -> int | None:
+    """gen_length where the family's published generate cuts the answer there (LLaDA2), else None
+    (every decoded position). A replayed target has no family: `replay` keeps the plain one's."""
+    family = getattr(target, "family", None)
+    return config.gen_length if family is not None and family.answer_cut_at_gen_length else None
 
 
 def count_stale_hits(metrics: Metrics, stale: Tensor, committed: list[Transition], mask_id: int) -> None:

@@ -30,6 +30,10 @@ class FamilySpec:
     threshold_strict: bool
     """True when the threshold rule commits confidence > tau, False for >= tau."""
     default_mask_id: int
+    answer_cut_at_gen_length: bool = False
+    """True when the published generate returns the first gen_length answer positions only (LLaDA2's
+    `x[:, :P + gen_length]`), not the rest of the last block; False keeps every decoded position
+    (SDAR's `block_diffusion_generate` returns the whole canvas)."""
     causal_context: bool = False
     """True when the prompt and finished blocks are the base model's causal computation (adapter
     off) and only the active block is bidirectional and adapted: an autoregressive LM converted to
@@ -40,7 +44,8 @@ FAMILIES: dict[str, FamilySpec] = {
     "llada": FamilySpec("llada", "bidirectional", False, False, "prob", False, 126336),
     "dream": FamilySpec("dream", "bidirectional", True, False, "tempered_prob", False, 151666),
     "sdar": FamilySpec("sdar", "block_causal", False, True, "prob", False, 151669),
-    "llada2": FamilySpec("llada2", "block_causal", False, True, "prob", True, 156895),
+    "llada2": FamilySpec("llada2", "block_causal", False, True, "prob", True, 156895,
+                         answer_cut_at_gen_length=True),
     "converted": FamilySpec("converted", "block_causal", True, True, "prob", False, -1, causal_context=True),
 }
 
