@@ -36,7 +36,7 @@ from typing import Any
 from cluster.connect import check_address, quiet_stdout, ray_session
 from cluster.evaluate import Evaluator, Unit
 from cluster.provenance import driver_hardware, run_inputs
-from cluster.suite import Suite
+from cluster.suite import Suite, check_targets
 from harness.errors import UserError
 from harness.results import RunDir, group_id
 from harness.store import Verification
@@ -122,10 +122,12 @@ def run_suite(suite: Suite, output: str | Path, address: str | None = None, prog
               on_write: Callable[[int], None] | None = None) -> RunResult:
     """Run (or resume, or extend) `suite` into `output`; `on_write(groups written so far)` after each group.
 
-    Everything that can refuse the run (the output directory, its config, the Ray address and its
-    authentication) is checked before Ray starts or the first byte is written, so bad input leaves no
-    half-made run directory behind."""
+    Everything that can refuse the run (the output directory, its config and whether it can be written,
+    each target's config, tokenizer and token ids, the Ray address and its authentication) is checked
+    before Ray starts or the first byte is written, so bad input leaves no half-made run directory
+    behind."""
     started = time.monotonic()
+    check_targets(suite)
     if address:
         check_address(address)
     else:

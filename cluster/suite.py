@@ -23,7 +23,7 @@ from pydantic_core import PydanticCustomError
 from pydantic.dataclasses import dataclass
 
 from harness.errors import UserError
-from harness.validation import (Count, NonNegative, NonNegativeInt, Seed, Switch, Text, accepts, check_fields,
+from harness.validation import (Count, NonNegativeInt, Seed, Switch, Temperature, Text, accepts, check_fields,
                                 check_value, construct, listed, read_mapping, rejected)
 
 # Settings that do not change any result: not part of a run's config (a run may resume with others).
@@ -85,7 +85,8 @@ class Suite:
     tasks: listed(Text) = ("arith",)
     split: Text = "test"
     limit: Count = 24
-    temperatures: listed(NonNegative) = (0.0, 1.0)
+    temperatures: listed(Temperature) = (0.0, 1.0)
+    """0 (greedy) or in [0.001, 1000] (`harness.validation.Temperature`)."""
     rules: listed(RuleText) = ("top1",)
     budgets: listed(Budget) = (2, 4, 8)
     """Draft budgets; `auto`: each worker measures its pass cost and the proposers' acceptance on
@@ -99,8 +100,9 @@ class Suite:
     """The mask token id of every diffusion target, overriding its config and tokenizer (`--mask-id`)."""
     eos_id: accepts(int, "a token id (a whole number >= 0)", optional=True, ge=0) = None
     """The end-of-sequence id of every target, overriding its config and tokenizer (`--eos-id`)."""
-    chat_template: Switch = True
-    """Prompts go through the tokenizer's chat template when it has one (`tasks.chat`); False: raw text."""
+    chat_template: accepts(bool, "true or false", optional=True) = None
+    """None: prompts go through the tokenizer's chat template when it has one (`tasks.chat`); True: asked
+    for, so a target without a template (and token-id prompts) is refused; False: raw text."""
     system_prompt: accepts(str, "non-empty text", optional=True, min_length=1) = None
     """A system turn before the prompt, for targets whose chat template is applied."""
     exact: Switch = False
@@ -162,6 +164,7 @@ def resolve(suite: Suite) -> None:
     from harness.targets.tiny import parse_tiny_name
     from harness.targets.zoo import zoo_names
     from proposers import check_arm_for_model, check_proposer, check_sampling
+    from tasks.chat import check_token_id_prompts
     from tasks.prompt_ids import PREFIX as IDS_PREFIX
     from tasks.registry import get_task
 
@@ -189,9 +192,61 @@ def resolve(suite: Suite) -> None:
     for name in suite.tasks:
         if name.startswith(IDS_PREFIX):
             get_task(name).load()  # a missing or malformed file fails here, before a run directory exists
+            check_token_id_prompts(suite.chat_template, suite.system_prompt, f"task {name}")
     for model in suite.models:
         if "auto" in suite.budgets and is_ar_name(model):
             raise UserError(f"budgets auto is for diffusion targets; give {model} fixed budgets")
+
+
+def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS) -> None:
+    """What can be checked of each target without its weights, before Ray starts or anything is written
+    (a worker would find it only after the cluster started, and the run directory would keep the bad
+    setting): its config and tokenizer files, the mask and eos ids against its vocabulary (read from
+    the config), token-id prompts against the vocabulary, and the chat settings against the tokenizer.
+    `flag_names` names the settings in messages."""
+    from harness.targets.ar import TINY_AR, folder_of, is_ar_name
+    from harness.targets.checkpoint import CONFIG, check_token_id, read_head
+    from harness.targets.registry import load_target
+    from harness.targets.zoo import model_dir, zoo_names
+    from tasks.chat import Chat
+    from tasks.prompt_ids import PREFIX
+    from tasks.registry import get_task
+
+    flag = {name: flag_names.get(name, FLAGS[name]) for name in ("mask_id", "eos_id")}
+    text_tasks = [name for name in suite.tasks if not name.startswith(PREFIX)]
+    id_prompts = {name: [s.meta["prompt_ids"] for s in get_task(name).load(suite.split, limit=suite.limit)]
+                  for name in suite.tasks if name.startswith(PREFIX)}
+    for model in suite.models:
+        tokenizer, vocab_size = None, None
+        if is_ar_name(model):
+            if suite.mask_id is not None:
+                raise UserError(f"{flag['mask_id']} is for diffusion targets; {model} is autoregressive and has no "
+                                "mask token: drop it")
+            if model.startswith(TINY_AR):
+                target = load_target(model)  # built in code, tiny
+                tokenizer, vocab_size = target.tokenizer, target.vocab_size
+            elif (folder_of(model) / CONFIG).is_file():  # a GGUF file's vocabulary is checked where it loads
+                vocab_size = json.loads((folder_of(model) / CONFIG).read_text(encoding="utf-8")).get("vocab_size")
+        elif model.startswith("tiny-random"):
+            target = load_target(model)  # built in code, tiny
+            tokenizer, vocab_size = target.tokenizer, target.vocab_size
+        else:
+            _, config, tokenizer, _, _ = read_head(model_dir(model) if model in zoo_names() else Path(model),
+                                                   suite.mask_id, suite.eos_id, flag)
+            vocab_size = config.vocab_size
+        if not isinstance(vocab_size, int):
+            continue
+        for name, value in (("mask_id", suite.mask_id), ("eos_id", suite.eos_id)):
+            if value is not None:
+                check_token_id(value, vocab_size, name.replace("_", " "), flag[name])
+        for task, prompts in id_prompts.items():
+            for number, ids in enumerate(prompts, 1):
+                outside = [i for i in ids if i >= vocab_size]
+                if outside:
+                    raise UserError(f"task {task}: prompt {number} has token id {outside[0]}, outside the vocabulary "
+                                    f"of {model} (0..{vocab_size - 1}); give ids below {vocab_size}")
+        if text_tasks and tokenizer is not None:
+            Chat(tokenizer, suite.chat_template, suite.system_prompt).check(model)
 
 
 def check_prompts_fit(suite: Suite) -> None:

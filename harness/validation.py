@@ -10,6 +10,8 @@ commands validate before Ray starts or anything is written.
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import operator
 import typing
 from collections.abc import Callable, Mapping
 from functools import cache
@@ -101,6 +103,44 @@ Positive = accepts(float, "a finite number > 0", gt=0, allow_inf_nan=False)
 Fraction = accepts(float, "a finite number in [0, 1]", ge=0, le=1, allow_inf_nan=False)
 Text = accepts(str, "non-empty text", min_length=1)
 Switch = accepts(bool, "true or false")
+
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 1e3
+"""Sampling temperatures other than 0 (greedy): below 0.001 sampling is greedy decoding with extra
+steps, above 1000 it is uniform noise, and far outside (T >= 1e30, T = 5e-324) the tempered float32
+logits overflow, so such values are refused where a setting is read, never in a proposer."""
+_TEMPERATURE = f"a finite number >= 0: 0 (greedy) or in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}]"
+
+
+def _temperature(value: Any) -> float:
+    try:
+        number = check_value(NonNegative, value, "")
+    except UserError:
+        number = None
+    if number is None or (number != 0 and not MIN_TEMPERATURE <= number <= MAX_TEMPERATURE):
+        raise PydanticCustomError("invalid", "must be {what}", {"what": _TEMPERATURE})
+    return number
+
+
+Temperature = Annotated[float, PlainValidator(_temperature)]
+"""A sampling temperature: 0, or a number in [MIN_TEMPERATURE, MAX_TEMPERATURE]."""
+
+
+def strict(kind: Any, base: type) -> Any:
+    """`kind` for library callers (config types such as `DecodeConfig`): nothing is parsed from text
+    and nothing rounded, so a seed 1.5, True or "3" is refused where it is given rather than read as 1
+    or failing later. `base` int takes any integer (`operator.index`: numpy and torch integers too),
+    float any real number; then `kind` checks the value as it checks a flag's."""
+    def check(value: Any) -> Any:
+        if not isinstance(value, (bool, str, bytes)):
+            try:
+                return _adapter(kind).validate_python(operator.index(value) if base is int else value
+                                                      if isinstance(value, numbers.Real) else None)
+            except TypeError:  # not an integer
+                pass
+        name = "an int" if base is int else "a number"
+        raise PydanticCustomError("invalid", "must be {what} (not {kind})", {"what": name, "kind": type(value).__name__})
+
+    return Annotated[base, PlainValidator(check)]
 
 
 def read_mapping(path: str | Path, what: str) -> dict[str, Any]:

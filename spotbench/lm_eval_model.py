@@ -60,7 +60,7 @@ class SpotbenchLM(LM):
 
     def __init__(self, **model_args: Any):
         super().__init__()
-        from cluster.suite import build_suite
+        from cluster.suite import build_suite, check_targets
         from harness.lossless import near_tie_tolerance
         from harness.targets.registry import load_target
         from proposers import arms
@@ -72,8 +72,10 @@ class SpotbenchLM(LM):
         given = {key: str(value) for key, value in model_args.items() if key in SETTINGS and value is not None}
         settings = DEFAULTS | given
         try:
+            names = {SETTINGS[k]: f"model_args {k}" for k in SETTINGS}
             suite = build_suite({}, {SETTINGS[k]: [v] if SETTINGS[k].endswith("s") else v for k, v in settings.items()},
-                                {SETTINGS[k]: f"model_args {k}" for k in SETTINGS})
+                                names)
+            check_targets(suite, names)  # the ids named by their keys, before the weights load
             self.exact = str(model_args.get("exact", False)).lower() in ("true", "1")
             target = load_target(settings["model"], device=_device(model_args.get("device")),
                                  dtype=str(model_args.get("dtype") or "auto"), mask_id=suite.mask_id,

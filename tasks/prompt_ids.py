@@ -20,11 +20,12 @@ PREFIX = "ids:"
 
 
 def parse_ids(text: str, where: str) -> list[int]:
-    """`1,2,3` (a flag) as token ids: a non-empty list of whole numbers >= 0."""
+    """`1,2,3` (a flag) as token ids: a non-empty list of whole numbers >= 0. An empty item (`1,,2`, a
+    trailing comma) is refused: it is a missing id, not a separator to skip."""
     try:
-        ids = [int(item) for item in text.split(",") if item.strip()]
+        ids = [int(item) for item in text.split(",")]
     except ValueError:
-        raise UserError(f"{where} must be comma-separated token ids like 1,2,3, got {text!r}") from None
+        raise UserError(f"{where} must be comma-separated token ids like 1,2,3 (no empty item), got {text!r}") from None
     return check_ids(ids, where)
 
 

@@ -23,7 +23,6 @@ check. Budget 0 is plain decoding, traced for divergence forensics (`StepRecord`
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,13 +31,13 @@ from typing import Protocol, TypeVar, runtime_checkable
 import torch
 from torch import Tensor
 
-from harness.decoding.generation import Generation, synchronize
+from harness.decoding.generation import Generation, check_numbers, synchronize
 from harness.decoding.metrics import Metrics
 from harness.decoding.noise import NoiseSource
 from harness.decoding.rules import StepRecord, Transition, candidate_scores
 from harness.decoding.tree import LEAF, NO_DRAFT, TOKEN, DraftTree
-from harness.errors import UserError
 from harness.targets.ar import ARSession, ARTarget
+from harness.validation import Count, Seed, Temperature
 
 D = TypeVar("D")
 AR_RULE = "greedy"
@@ -56,12 +55,7 @@ class ARConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.gen_length < 1:
-            raise UserError(f"gen_length must be >= 1, got {self.gen_length}")
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise UserError(f"the temperature must be finite and >= 0, got {self.temperature}")
-        if not 0 <= self.seed < 2**64:
-            raise UserError(f"the seed must be in [0, 2**64), got {self.seed}")
+        check_numbers(self, {"gen_length": Count, "temperature": Temperature, "seed": Seed})
 
 
 @dataclass(frozen=True)

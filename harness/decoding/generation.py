@@ -20,7 +20,7 @@ from torch import Tensor
 from harness.decoding.metrics import Metrics
 from harness.decoding.rules import Rule, StepRecord, Transition
 from harness.errors import UserError
-from harness.validation import NonNegative, Seed, check_value
+from harness.validation import Count, Seed, Temperature, check_value, strict
 
 BOUNDED_CONFIDENCES = ("prob", "tempered_prob", "margin")
 """Confidences in [0, 1]: a threshold above 1 is never reached and one at or below 0 always is."""
@@ -38,9 +38,17 @@ class DecodeConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check_value(NonNegative, self.temperature, "the temperature")
-        check_value(Seed, self.seed, "the seed")
+        check_numbers(self, {"gen_length": Count, "block_length": Count, "temperature": Temperature, "seed": Seed})
         check_rule(self.rule)
+
+
+def check_numbers(config: object, kinds: dict[str, object]) -> None:
+    """A frozen config's numbers, each checked by the validator its setting has in suites and flags
+    (`harness.validation`), strictly: a library caller's 1.5 or "3" for a seed is refused, not rounded
+    or parsed; integers of numpy or torch are stored as plain ints."""
+    for name, kind in kinds.items():
+        base = int if kind in (Count, Seed) else float
+        object.__setattr__(config, name, check_value(strict(kind, base), getattr(config, name), f"the {name}"))
 
 
 def check_rule(rule: Rule) -> None:

@@ -53,12 +53,7 @@ def load_checkpoint(folder: str | Path, dtype: torch.dtype = torch.float32,
     checkpoint never needs a second full copy in host memory. `mask_id` / `eos_id` (the `--mask-id` /
     `--eos-id` flags) override what the folder says, for configs and tokenizers that name none."""
     folder = Path(folder)
-    raw = _read_json(folder / CONFIG, what="not a checkpoint folder")
-    fmt = detect_format(raw, folder / CONFIG)
-    cfg = fmt.read_config(ConfigReader(raw, folder / CONFIG))
-    _check_geometry(cfg, folder / CONFIG)
-    tokenizer = _load_tokenizer(folder, fmt.family)
-    mask_id, eos_id = _token_ids(raw, tokenizer, fmt, cfg, folder / CONFIG, mask_id, eos_id)
+    fmt, cfg, tokenizer, mask_id, eos_id = read_head(folder, mask_id, eos_id)
     with torch.device("meta"):
         model = DLMTransformer(cfg)
     shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
@@ -70,6 +65,21 @@ def load_checkpoint(folder: str | Path, dtype: torch.dtype = torch.float32,
     if cfg.tie_embeddings:  # assign=True replaced the shared parameter on one side only
         model.lm_head.weight = model.embed_tokens.weight
     return DLMTarget(model, family_spec(fmt.family), mask_id, eos_id, tokenizer, name=str(folder))
+
+
+def read_head(folder: Path, mask_id: int | None = None, eos_id: int | None = None,
+              flags: dict[str, str] | None = None) -> tuple[CheckpointFormat, ModelConfig, Any, int, int]:
+    """Everything of a checkpoint folder but its weights, checked: format, config, tokenizer (None
+    without tokenizer files), mask and eos ids (the overrides, checked against the vocabulary). What a
+    run checks before any worker loads the weights; `flags` names the overrides in messages
+    (default `--mask-id` / `--eos-id`)."""
+    raw = _read_json(folder / CONFIG, what="not a checkpoint folder")
+    fmt = detect_format(raw, folder / CONFIG)
+    cfg = fmt.read_config(ConfigReader(raw, folder / CONFIG))
+    _check_geometry(cfg, folder / CONFIG)
+    tokenizer = _load_tokenizer(folder, fmt.family)
+    mask_id, eos_id = _token_ids(raw, tokenizer, fmt, cfg, folder / CONFIG, mask_id, eos_id, flags or {})
+    return fmt, cfg, tokenizer, mask_id, eos_id
 
 
 def save_checkpoint(
@@ -266,17 +276,21 @@ def _load_tokenizer(folder: Path, family: str) -> Any:
             str(folder), local_files_only=True, config=PretrainedConfig(), trust_remote_code=False
         )
     except Exception as error:  # transformers raises many types for an unusable folder
-        if (folder / "tokenizer.json").is_file():
-            return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
-        if family == "dream" and (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
-            return Qwen2Tokenizer.from_pretrained(str(folder), local_files_only=True)
+        try:
+            if (folder / "tokenizer.json").is_file():
+                return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
+            if family == "dream" and (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
+                return Qwen2Tokenizer.from_pretrained(str(folder), local_files_only=True)
+        except Exception as fallback:  # the tokenizers library raises a bare Exception for a file it cannot parse
+            error = fallback
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise UserError(f"{folder}: no loadable tokenizer files ({first_line})") from None
+        raise UserError(f"{folder}: no loadable tokenizer files ({first_line}); fix or remove the tokenizer "
+                        "files (without any, the folder decodes token ids)") from None
 
 
 def _token_ids(
     raw: dict[str, Any], tokenizer: Any, fmt: CheckpointFormat, cfg: ModelConfig, path: Path,
-    mask_override: int | None, eos_override: int | None,
+    mask_override: int | None, eos_override: int | None, flags: dict[str, str],
 ) -> tuple[int, int]:
     """Mask and eos ids: the override (a flag), then config.json (the published configs carry them),
     then the tokenizer's special tokens, then (mask only) the family's published default when the
@@ -287,15 +301,19 @@ def _token_ids(
                  default_mask if default_mask < cfg.vocab_size else None],
         "eos": [eos_override, raw.get("eos_token_id"), getattr(tokenizer, "eos_token_id", None)],
     }
+    found = {kind: next((v for v in values if v is not None and v != []), None) for kind, values in candidates.items()}
+    missing = [kind for kind, value in found.items() if value is None]
+    if missing:  # every missing id at once, and where it was looked for
+        flag = [flags.get(f"{kind}_id", f"--{kind}-id") for kind in missing]
+        tokenizer_says = "the tokenizer names none" if tokenizer is not None else "the folder has no tokenizer"
+        raise UserError(f"{path}: no {' and no '.join(missing)} token id ({CONFIG} has no "
+                        f"{' or '.join(k + '_token_id' for k in missing)} and {tokenizer_says}); give "
+                        f"{'it' if len(missing) == 1 else 'them'} with {' and '.join(flag)}")
     ids = []
-    for kind, values in candidates.items():
-        value = next((v for v in values if v is not None), None)
-        if isinstance(value, list) and value:  # eos_token_id may list several stop tokens
+    for kind, value in found.items():
+        if isinstance(value, list):  # eos_token_id may list several stop tokens
             value = value[0]
-        if value is None:
-            raise UserError(f"{path}: no {kind} token id ({CONFIG} has no {kind}_token_id and the tokenizer "
-                            f"names none); give it with --{kind}-id")
-        ids.append(check_token_id(value, cfg.vocab_size, f"{kind} id", f"--{kind}-id"))
+        ids.append(check_token_id(value, cfg.vocab_size, f"{kind} id", flags.get(f"{kind}_id", f"--{kind}-id")))
     return ids[0], ids[1]
 
 

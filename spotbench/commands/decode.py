@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from cluster.suite import build_suite
-    from tasks.chat import Chat
+    from tasks.chat import Chat, check_token_id_prompts
     from harness.lossless import near_tie_tolerance
     from harness.pipeline import Group, decode_text, evaluate_group
     from harness.targets.registry import load_target
@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
                              "mask_id": args.mask_id, "eos_id": args.eos_id, "chat_template": args.chat_template,
                              "system_prompt": args.system_prompt}, FLAGS)
     near_tie = None if args.near_tie is None else check_value(NonNegative, args.near_tie, "--near-tie")
+    if not isinstance(prompts[0], str):
+        check_token_id_prompts(suite.chat_template, suite.system_prompt,
+                               "--prompt-ids" if args.prompt_ids is not None else "--prompt-ids-file")
     [arm] = arms(suite.proposers, suite.budgets)
     [(temperature, rule, seed)] = suite.groups(args.model)
     target = load_target(args.model, device=args.device, dtype=args.dtype, mask_id=suite.mask_id,

@@ -61,7 +61,7 @@ def test_results_json_matches_the_parquet_rows(run) -> None:
         assert data["n-samples"][name] == {"original": n, "effective": n} == {"original": 2, "effective": 2}
         assert data["configs"][name]["generation_kwargs"]["max_gen_toks"] == 16
         assert data["configs"][name]["metadata"]["proposer"] == members[0]["proposer"]
-    assert data["config"]["model_args"] == SUITE.config() and data["config"]["chat_template"] is True
+    assert data["config"]["model_args"] == SUITE.config() and data["config"]["chat_template"] is None
     assert data["git_hash"] == run.manifest()["git_revision"]
 
 

@@ -9,6 +9,7 @@ in this process in an empty folder; only the validation is reached, so no model 
 from __future__ import annotations
 
 import gzip
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from harness.targets.zoo import model_dir
 from spotbench.cli import main
 
 GSM8K_ROW = '{"question": "What is 1+1?", "answer": "1+1=2\\n#### 2"}\n'
@@ -27,6 +29,8 @@ TARGET_RECIPE = ("name: t\nfamily: sdar\ntasks: [arith]\nsteps: 2\n"
 SPOT_RECIPE = ("name: t\ntarget: tiny-random:sdar\ntasks: {arith: 2}\nsteps: 2\n"
                "model: {width: 16, layers: 1, heads: 2, ffn: 32}\n")
 NOT_UTF8 = b"models: [caf\xe9]\n"
+SDAR_CONFIG = json.loads((model_dir("sdar-a") / "config.json").read_text())
+NO_IDS_CONFIG = json.dumps({k: v for k, v in SDAR_CONFIG.items() if k not in ("mask_token_id", "eos_token_id")})
 
 
 @dataclass(frozen=True)
@@ -218,6 +222,58 @@ CASES = {
     "gate-corrupt-parquet": Case(["gate", "summary.parquet", "--baseline", "summary.parquet"], "summary.parquet",
                                  {"summary.parquet": b"PAR1" + b"\0" * 64}),
     "report-not-a-run": Case(["report", "folder"], "not a run directory", {"folder/notes.txt": "x"}),
+    "gate-baseline-digest-not-hex": Case(["gate", "run", "--baseline", "run", "--baseline-digest", "abc"],
+                                         "--baseline-digest 'abc' is not a digest"),
+    # what a worker would find only after Ray started: checked from configs and files first
+    "run-mask-id-outside-vocab": Case([*RUN, "--mask-id", "99999"], "mask id 99999 is not a token id of this "
+                                      "target's vocabulary (0..258); give --mask-id below 259"),
+    "run-ids-outside-vocab": Case([*RUN, "--tasks", "ids:ids.jsonl"], "task ids:ids.jsonl: prompt 1 has token id "
+                                  "99999, outside the vocabulary of tiny-random:sdar", {"ids.jsonl": "[2, 99999]\n[1]\n"}),
+    "run-checkpoint-ids-outside-vocab": Case(["run", "--models", "folder", "--tasks", "ids:ids.jsonl", "--output", "out"],
+                                             "outside the vocabulary of folder (0..2047)",
+                                             {"folder/config.json": json.dumps(SDAR_CONFIG), "folder/model.safetensors": "",
+                                              "ids.jsonl": "[5, 2048]\n"}),
+    "run-mask-id-for-ar": Case([*RUN, "--models", "ar-a", "--proposers", "prompt-lookup", "--mask-id", "3"],
+                               "--mask-id is for diffusion targets; ar-a is autoregressive"),
+    "run-checkpoint-without-ids": Case(["run", "--models", "folder", "--tasks", "ids:ids.jsonl", "--output", "out"],
+                                       "no mask and no eos token id (config.json has no mask_token_id or eos_token_id "
+                                       "and the folder has no tokenizer); give them with --mask-id and --eos-id",
+                                       {"folder/config.json": NO_IDS_CONFIG, "folder/model.safetensors": "",
+                                        "ids.jsonl": "[5, 6]\n"}),
+    "run-tokenizer-json-unparsable": Case(["run", "--models", "folder", "--output", "out"],
+                                          "folder: no loadable tokenizer files",
+                                          {"folder/config.json": json.dumps(SDAR_CONFIG), "folder/model.safetensors": "",
+                                           "folder/tokenizer.json": "{not json"}),
+    "target-tokenizer-json-unparsable": Case(["target", "folder"], "folder: no loadable tokenizer files",
+                                             {"folder/config.json": json.dumps(SDAR_CONFIG),
+                                              "folder/model.safetensors": "", "folder/tokenizer.json": "{not json"}),
+    "run-output-under-a-file": Case([*RUN, "--output", "afile/run"], "afile is a file, not a folder",
+                                    {"afile": "x"}),
+    "run-output-not-writable": Case([*RUN, "--output", "/sys/spotbench-run"], "/sys is not writable"),
+    "run-temperature-huge": Case([*RUN, "--temperatures", "1e30"], "--temperatures must be a finite number >= 0: 0 "
+                                 "(greedy) or in [0.001, 1000], got 1e30"),
+    "run-temperature-denormal": Case([*RUN, "--temperatures", "5e-324"], "or in [0.001, 1000], got 5e-324"),
+    "decode-temperature-huge": Case(["decode", "--prompt", "hi", "--temperature", "1e30"],
+                                    "--temperature must be a finite number >= 0: 0 (greedy) or in [0.001, 1000]"),
+    "run-data-answer-int": Case([*RUN, "--tasks", "gsm8k"], "gsm8k_test.jsonl row 1: question and answer must be text",
+                                {"data/gsm8k_test.jsonl": '{"question": "What is 1+1?", "answer": 2}\n'}),
+    "run-data-answer-without-marker": Case([*RUN, "--tasks", "gsm8k"], "the answer ending in '#### <number>'",
+                                           {"data/gsm8k_test.jsonl": '{"question": "What is 1+1?", "answer": "2"}\n'}),
+    # chat settings that would be dropped silently
+    "run-ids-system-prompt": Case([*RUN, "--tasks", "ids:ids.jsonl", "--system-prompt", "be brief"],
+                                  "--system-prompt is for text prompts, and task ids:ids.jsonl gives token ids",
+                                  {"ids.jsonl": "[1, 2]\n"}),
+    "run-ids-chat-template": Case([*RUN, "--tasks", "ids:ids.jsonl", "--chat-template"],
+                                  "--chat-template is for text prompts", {"ids.jsonl": "[1, 2]\n"}),
+    "run-chat-template-without-template": Case([*RUN, "--chat-template"],
+                                               "--chat-template needs a chat template, and target tiny-random:sdar has none"),
+    "decode-chat-template-without-template": Case(["decode", "--model", "sdar-a", "--prompt", "hi", "--chat-template"],
+                                                  "--chat-template needs a chat template, and target sdar-a has none"),
+    "decode-prompt-ids-system-prompt": Case(["decode", "--prompt-ids", "1,2", "--system-prompt", "x"],
+                                            "--system-prompt is for text prompts, and --prompt-ids gives token ids"),
+    "decode-prompt-ids-chat-template": Case(["decode", "--prompt-ids", "1,2", "--chat-template"],
+                                            "--chat-template is for text prompts"),
+    "decode-prompt-ids-empty-item": Case(["decode", "--prompt-ids", "1,,2"], "(no empty item), got '1,,2'"),
 }
 
 

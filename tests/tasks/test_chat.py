@@ -74,6 +74,32 @@ def test_a_system_prompt_without_a_template_is_refused(capsys):
     assert err.count("\n") == 1 and "--system-prompt needs a chat template" in err and "has no chat template" in err
 
 
+def test_a_template_asked_for_is_applied_where_there_is_one_and_refused_where_there_is_none(chat_folder, capsys):
+    row = decode_row(capsys, "--model", str(chat_folder), "--prompt", "2+3=", "--chat-template")
+    assert row["chat_template"].startswith("template:")
+    assert main(["decode", "--model", "sdar-a", "--prompt", "hi", "--chat-template", *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--chat-template needs a chat template, and target sdar-a has none" in err
+    assert main(["decode", "--model", "sdar-a", "--prompt", "2+3=", *SMALL]) == 0  # not asked for: raw text
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("flag", [["--system-prompt", "S"], ["--chat-template"]])
+def test_token_id_prompts_refuse_what_only_text_prompts_take(chat_folder, capsys, tmp_path, flag):
+    """Token ids never go through a template: a system prompt or a template asked for is refused, on a
+    target that has a template too (nothing would have been dropped silently had they been text)."""
+    assert main(["decode", "--model", str(chat_folder), "--prompt-ids", "5,6,7", *flag, *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{flag[0]} is for text prompts, and --prompt-ids gives token ids" in err
+    ids = tmp_path / "ids.jsonl"
+    ids.write_text("[5, 6, 7]\n")
+    out = tmp_path / "run"
+    assert main(["run", "--models", str(chat_folder), "--tasks", f"ids:{ids}", "--output", str(out), *flag]) == 2
+    assert f"{flag[0]} is for text prompts, and task ids:{ids} gives token ids" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["decode", "--model", str(chat_folder), "--prompt-ids", "5,6,7", *SMALL]) == 0  # control
+
+
 def test_gsm8k_few_shot_becomes_turns(chat_folder):
     tokenizer = load_target(str(chat_folder)).tokenizer
     task = get_task("gsm8k", num_fewshot=2)
@@ -91,7 +117,8 @@ def test_gsm8k_few_shot_becomes_turns(chat_folder):
 
 def test_the_suite_records_the_choice():
     config = Suite().config()
-    assert config["chat_template"] is True and config["system_prompt"] is None
+    assert config["chat_template"] is None and config["system_prompt"] is None  # None: when the tokenizer has one
+    assert build_suite({}, {"chat_template": True}).config()["chat_template"] is True  # asked for
     suite = build_suite({"chat_template": False, "system_prompt": "S"}, {})
     assert suite.config()["chat_template"] is False and suite.config()["system_prompt"] == "S"
     with pytest.raises(UserError, match="--chat-template must be true or false, got maybe"):

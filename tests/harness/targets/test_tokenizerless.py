@@ -58,6 +58,31 @@ def test_a_missing_mask_id_names_the_flag(tmp_path, capsys):
     assert main(["target", str(folder), "--mask-id", "2"]) == 0
 
 
+def test_a_folder_missing_both_ids_names_both_and_says_it_has_no_tokenizer(tmp_path, capsys):
+    folder = bare_copy(tmp_path, drop_ids=True)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("eos_token_id")
+    (folder / "config.json").write_text(json.dumps(config))
+    assert main(["target", str(folder)]) == 2
+    err = error_line(capsys)
+    assert ("no mask and no eos token id (config.json has no mask_token_id or eos_token_id and the folder has no "
+            "tokenizer); give them with --mask-id and --eos-id") in err, err
+    assert main(["target", str(folder), "--mask-id", "2"]) == 2  # one of them given: the other named alone
+    assert "no eos token id (config.json has no eos_token_id and the folder has no tokenizer); give it with --eos-id" in (
+        error_line(capsys))
+    assert main(["target", str(folder), "--mask-id", "2", "--eos-id", "1"]) == 0
+
+
+def test_a_tokenizer_json_that_does_not_parse_is_one_line(tmp_path, capsys):
+    folder = bare_copy(tmp_path)
+    (folder / "tokenizer.json").write_text("{not json")
+    assert main(["target", str(folder)]) == 2
+    err = error_line(capsys)
+    assert f"{folder}: no loadable tokenizer files (" in err and "fix or remove the tokenizer files" in err
+    (folder / "tokenizer.json").unlink()  # control: without tokenizer files the folder loads
+    assert main(["target", str(folder)]) == 0
+
+
 @pytest.mark.parametrize("flag", ["--mask-id", "--eos-id"])
 def test_an_id_outside_the_vocabulary_is_one_line(tmp_path, capsys, flag):
     folder = bare_copy(tmp_path)
