@@ -95,6 +95,12 @@ def test_unknown_model_args_key_is_one_line() -> None:
     assert "\n" not in message and "unknown key 'budgett'" in message and "known keys: model, proposer" in message
     with pytest.raises(ValueError, match="model_args budget must be a whole number >= 0 or auto, got x"):
         SpotbenchLM.create_from_arg_string("model=sdar-a,budget=x")
+    for key, flag in (("mask_id", "--mask-id"), ("eos_id", "--eos-id")):  # named by the key, not decode's flag
+        with pytest.raises(ValueError) as error:
+            SpotbenchLM.create_from_arg_string(f"model=sdar-a,{key}=99999")
+        assert f"give model_args {key} below 2048" in str(error.value) and flag not in str(error.value)
+    with pytest.raises(ValueError, match="model_args mask_id is for diffusion targets; ar-a is autoregressive"):
+        SpotbenchLM.create_from_arg_string("model=ar-a,proposer=prompt-lookup,mask_id=3")
 
 
 @pytest.mark.slow  # lm-eval prepares the task's data before it builds the model
