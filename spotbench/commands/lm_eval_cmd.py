@@ -1,5 +1,6 @@
 """`spotbench lm-eval ARGS`: lm-evaluation-harness's own command line with the `spotbench` model
-registered (`spotbench.lm_eval_model`); every argument goes to lm-eval unchanged."""
+registered (`spotbench.lm_eval_model`); every argument goes to lm-eval unchanged, and without an
+`--include_path` spotbench's own task configs are included (`tasks.lm_eval`)."""
 
 from __future__ import annotations
 
@@ -18,5 +19,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spotbench.lm_eval_model import main
+    from tasks.lm_eval import with_tasks
 
-    return main(args.lm_eval_args)
+    return main(with_tasks(args.lm_eval_args))

@@ -22,23 +22,23 @@ UNTIL = ["Question:", "\n\n\n"]
 SHIPPED = Path(__file__).resolve().parents[2] / "tasks" / "lm_eval" / "gsm8k_local.yaml"
 
 
-def gsm8k_config(folder) -> None:
-    """The shipped lm-eval task config (tasks/lm_eval/gsm8k_local.yaml) reading the local GSM8K files
-    found as spotbench's own tasks find them."""
+def gsm8k_config(folder, monkeypatch) -> None:
+    """The shipped lm-eval task config (tasks/lm_eval/gsm8k_local.yaml), which reads the local GSM8K
+    files as spotbench's own tasks find them, run from `folder` (not the checkout): `spotbench lm-eval`
+    includes it without an --include_path."""
     data = data_dir()[0]
     if not (data / "gsm8k_test.jsonl").is_file():
         pytest.skip(f"no local GSM8K file in {data}")
-    config = yaml.safe_load(SHIPPED.read_text())
-    config["dataset_kwargs"]["data_files"] = {split: str(data / f"gsm8k_{split}.jsonl") for split in ("train", "test")}
+    config = yaml.safe_load(SHIPPED.read_text().replace("!function ", ""))
     assert config["generation_kwargs"]["until"] == UNTIL
-    (folder / SHIPPED.name).write_text(yaml.safe_dump(config))
+    monkeypatch.chdir(folder)
 
 
 @pytest.mark.slow  # two GSM8K prompts decoded twice each, through lm-eval's command line
-def test_gsm8k_through_lm_eval_is_checked_and_logged(tmp_path) -> None:
-    gsm8k_config(tmp_path)
+def test_gsm8k_through_lm_eval_is_checked_and_logged(tmp_path, monkeypatch) -> None:
+    gsm8k_config(tmp_path, monkeypatch)
     assert main(["lm-eval", "--model", "spotbench", "--model_args", ARGS, "--tasks", "gsm8k_local", "--limit", "2",
-                 "--include_path", str(tmp_path), "--log_samples", "--output_path", str(tmp_path / "out")]) == 0
+                 "--log_samples", "--output_path", str(tmp_path / "out")]) == 0
     [results_file] = (tmp_path / "out").glob("*/results_*.json")
     [samples_file] = (tmp_path / "out").glob("*/samples_gsm8k_local_*.jsonl")
     results = json.loads(results_file.read_text())
@@ -104,10 +104,10 @@ def test_unknown_model_args_key_is_one_line() -> None:
 
 
 @pytest.mark.slow  # lm-eval prepares the task's data before it builds the model
-def test_spotbench_lm_eval_prints_a_bad_key_as_one_line(capsys, tmp_path) -> None:
-    gsm8k_config(tmp_path)
+def test_spotbench_lm_eval_prints_a_bad_key_as_one_line(capsys, tmp_path, monkeypatch) -> None:
+    gsm8k_config(tmp_path, monkeypatch)
     assert main(["lm-eval", "--model", "spotbench", "--model_args", "model=sdar-a,budgett=8", "--tasks", "gsm8k_local",
-                 "--include_path", str(tmp_path), "--limit", "1"]) == 2
+                 "--limit", "1"]) == 2
     err = capsys.readouterr().err
     assert err.endswith("spotbench: error: spotbench model_args: unknown key 'budgett'; known keys: model, proposer, "
                         "budget, rule, temperature, seed, gen_length, block_length, mask_id, eos_id, exact, dtype, "
