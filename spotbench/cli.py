@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "spotbench.commands.diagnose",
     "spotbench.commands.train_proposer",
     "spotbench.commands.train_drafter",
+    "spotbench.commands.convert",
     "spotbench.commands.calibrate_spiffy",
     "spotbench.commands.calibrate",
     "spotbench.commands.tasks_cmd",

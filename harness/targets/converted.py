@@ -57,10 +57,10 @@ def model_config(config: Any, where: str) -> ModelConfig:
     if model_type not in CONVERTIBLE:
         raise UserError(f"{where}: cannot convert model_type {model_type!r}; the converter knows "
                         f"{', '.join(sorted(CONVERTIBLE))} causal LMs")
-    rope = dict(getattr(config, "rope_parameters", None) or {})
+    rope = dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {})
     theta = rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-    if rope.get("rope_type", "default") != "default" or getattr(config, "rope_scaling", None):
-        raise UserError(f"{where}: scaled rotary embeddings ({rope or config.rope_scaling}) are not supported")
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        raise UserError(f"{where}: scaled rotary embeddings ({rope}) are not supported")
     if any("sliding" in t for t in getattr(config, "layer_types", None) or ()):
         raise UserError(f"{where}: sliding-window attention layers are not supported")
     if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False):

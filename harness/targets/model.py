@@ -251,11 +251,24 @@ class DLMTransformer(nn.Module):
         """Evaluate `input_ids` [N, L] at absolute `positions` [L] (or [N, L] per row).
 
         `attend` [L, P + L] (True = may attend) covers the P cached prefix keys in `past` (one row,
-        shared by all N rows) followed by the L new keys, or [N, 1, L, P + L] per row; None means
-        full attention. Returns logits [N, L, V] and, per layer, the
-        keys/values of the L new tokens, so a caller can extend its prefix cache. `adapted` [N, L]
-        (bool) turns an attached adapter on at those rows; without one it must be None.
+        shared by all N rows, or N rows) followed by the L new keys, or [N, 1, L, P + L] per row; None
+        means full attention. Returns logits [N, L, V] and, per layer, the keys/values of the L new
+        tokens, so a caller can extend its prefix cache. `adapted` [N, L] (bool) turns an attached
+        adapter on at those rows; without one it must be None.
         """
+        hidden, new_kv = self.hidden(input_ids, positions, attend, past, adapted)
+        return self.lm_head(hidden), new_kv
+
+    def hidden(
+        self,
+        input_ids: Tensor,
+        positions: Tensor,
+        attend: Tensor | None,
+        past: list[KV] | None = None,
+        adapted: Tensor | None = None,
+    ) -> tuple[Tensor, list[KV]]:
+        """`forward` without the output head: the final-normed hidden states [N, L, H], for training,
+        which needs logits at a few rows only."""
         if adapted is not None and self.adapter_gate is None:
             raise ValueError("adapted rows given, but the model has no adapter")
         if self.adapter_gate is not None:
@@ -266,4 +279,4 @@ class DLMTransformer(nn.Module):
         for index, layer in enumerate(self.layers):
             x, kv = layer(x, cos, sin, attend, past[index] if past else None)
             new_kv.append(kv)
-        return self.lm_head(self.norm(x)), new_kv
+        return self.norm(x), new_kv

@@ -14,6 +14,7 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.targets.ar import ARTarget, is_ar_name, load_ar_target
 from harness.targets.checkpoint import CONFIG, check_token_id, load_checkpoint
+from harness.targets.converted import is_converted, load_converted
 from harness.targets.devices import resolve_device, resolve_dtype
 from harness.targets.families import FamilySpec, family
 from harness.targets.formats import detect_format
@@ -34,6 +35,8 @@ def family_of(name: str) -> FamilySpec:
         return family(zoo_entry(name).family)
     if name.startswith("tiny-random"):
         return family(parse_tiny_name(name)[0])
+    if is_converted(name):
+        return family("converted")
     config = Path(name) / CONFIG
     try:
         return family(detect_format(json.loads(config.read_text(encoding="utf-8")), config).family)
@@ -62,7 +65,8 @@ def load_target(name: str, device: str = "cpu", dtype: str = "float32", mask_id:
             target.eos_id = check_token_id(eos_id, target.vocab_size, "eos id", "--eos-id")
         return target
     if name in zoo_names():
-        target = load_checkpoint(model_dir(name), precision, where, mask_id, eos_id)
+        load = load_converted if is_converted(model_dir(name)) else load_checkpoint
+        target = load(model_dir(name), precision, where, mask_id, eos_id)
         target.name = name
         return target
     if name.startswith("tiny-random"):
@@ -72,6 +76,8 @@ def load_target(name: str, device: str = "cpu", dtype: str = "float32", mask_id:
         if eos_id is not None:
             target.eos_id = check_token_id(eos_id, target.vocab_size, "eos id", "--eos-id")
         return target
+    if is_converted(name):
+        return load_converted(name, precision, where, mask_id, eos_id)
     if Path(name).exists():
         return load_checkpoint(name, precision, where, mask_id, eos_id)
     raise UserError(

@@ -1,0 +1,292 @@
+"""Convert an autoregressive LM into a block-diffusion target: train its gated adapter from a recipe.
+
+The objective is SDAR's masked-block diffusion on the absolute block grid, laid out for the converted
+family's conventions (harness/targets/converted.py). A batch is two forward passes:
+
+1. the clean sequence through the frozen base, causal, adapter off, with no autograd: the keys and
+   values the decoder will hold in its cache (this pass is what the adapter never changes);
+2. a noisy copy of the answer's blocks, adapter on: each block's answer positions are masked with a
+   rate t ~ U(eps, 1) drawn per block, and the block attends to the clean keys before it and to
+   itself. Row p predicts token p+1 (shifted logits) where p+1 is masked and in the same block; the
+   first token of a block is predicted by the clean row before it, which is the base's and is not
+   trained. The cross-entropy is weighted by 1/t and averaged over the answer positions a block's
+   rows predict, and is computed at the masked rows only.
+
+Only the adapter (and nothing of the clean pass) enters autograd, and the output head runs only at
+masked rows: that is what makes a step cheap (benchmarks/convert_step.py measures it against the
+one-forward two-stream layout with the adapter on every row). Every sequence ends with EOS, padded
+with EOS to the end of its block, as decoding fills a block after the answer ends.
+
+The run folder holds `train_state.pt` (adapter, optimiser, generators, step, learning curve), saved
+every `checkpoint_every` steps by temp file + rename, so an interrupted conversion resumes
+bit-identically; `model/` is the converted target (rewritten at each validation), which
+`load_target` reads like any other diffusion target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from harness.errors import UserError
+from harness.recipes import load_recipe
+from harness.targets import adapter
+from harness.targets.converted import convert, save_converted
+from harness.targets.target import DLMTarget
+from harness.training.loop import load_state, next_batch, optimizer_step, save_state, warmup_cosine
+from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text
+
+STATE_FILE = "train_state.pt"
+MODEL_DIR = "model"
+MIN_MASK_RATE = 1e-3
+
+
+@dataclass(frozen=True)
+class ConvertRecipe:
+    """Field types are the recipe's schema (harness/validation.py), checked by `load_recipe`."""
+
+    name: Text
+    tasks: list[Text]
+    base: Text = "smollm2"
+    mask_id: NonNegativeInt = 16
+    block_length: Count = 4
+    rank: Count = 8
+    alpha: Positive = 16.0
+    seed: NonNegativeInt = 0
+    steps: Count = 1000
+    batch_size: Count = 8
+    learning_rate: Positive = 1e-3
+    warmup_steps: NonNegativeInt = 20
+    weight_decay: NonNegative = 0.0
+    grad_clip: Positive = 1.0
+    prompt_max_tokens: Count = 256
+    answer_max_tokens: Count = 256
+    train_examples: NonNegativeInt = 0
+    """At most this many training sequences after the held-out ones (0: the whole train splits)."""
+    validation_examples: Count = 32
+    validation_every: Count = 50
+    checkpoint_every: Count = 10
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """`bfloat16`: the frozen base in bfloat16 and the step under CPU/GPU autocast (the adapter and
+    its optimizer stay float32); on CPUs with AVX512-BF16 a step is several times faster."""
+
+    @staticmethod
+    def load(path: str | Path, steps: int | None = None) -> ConvertRecipe:
+        recipe = load_recipe(ConvertRecipe, path, {"steps": steps})
+        recipe.check(f"recipe {path}")
+        return recipe
+
+    def check(self, where: str) -> None:
+        """What the schema cannot say: a block of one position is autoregressive decoding (its only
+        token is predicted by the clean row before it), so there is nothing to train."""
+        if self.block_length < 2:
+            raise UserError(f"{where}: block_length {self.block_length} leaves the adapter nothing to learn (the "
+                            "block's one token is the base's next-token prediction); use 2 or more")
+
+
+@dataclass
+class Sequence:
+    tokens: list[int]
+    """Prompt, answer, EOS, then EOS to the end of the block: the last trained block ends here."""
+    prompt_length: int
+
+
+@dataclass
+class Batch:
+    clean_ids: Tensor  # [N, C] the clean context (positions 0..C-1)
+    clean_attend: Tensor  # [N, 1, C, C]
+    noisy_ids: Tensor  # [N, L] the noisy copy of the answer's blocks
+    noisy_positions: Tensor  # [N, L]
+    noisy_attend: Tensor  # [N, 1, L, C + L]
+    targets: Tensor  # [N, L] the token row p predicts (p+1), -100 where nothing is trained
+    weights: Tensor  # [N, L] 1/t of the row's block where trained
+    predicted: int
+    """Answer positions the noisy rows predict, masked or not: the loss's denominator."""
+
+
+def sequences(pairs: list[tuple[list[int], list[int]]], recipe: ConvertRecipe, eos_id: int) -> list[Sequence]:
+    """Prompt (its last `prompt_max_tokens`) + answer (its first `answer_max_tokens`) + EOS, padded
+    with EOS to the end of the block on the absolute grid."""
+    out = []
+    size = recipe.block_length
+    for prompt, answer in pairs:
+        prompt = prompt[-recipe.prompt_max_tokens :]
+        tokens = prompt + answer[: recipe.answer_max_tokens] + [eos_id]
+        tokens += [eos_id] * (-len(tokens) % size)
+        out.append(Sequence(tokens, len(prompt)))
+    return out
+
+
+def layout(batch: list[Sequence], size: int, mask_id: int, generator: torch.Generator) -> Batch:
+    """Mask each block of each answer at its own rate and lay out both passes (module docstring)."""
+    starts = [s.prompt_length - s.prompt_length % size for s in batch]  # the block holding the prompt's end
+    clean_len = max(max(len(s.tokens) - size for s in batch), 1)
+    noisy_len = max(len(s.tokens) - start for s, start in zip(batch, starts))
+    rows = len(batch)
+    clean_ids = torch.full((rows, clean_len), mask_id, dtype=torch.long)
+    clean_attend = torch.zeros((rows, 1, clean_len, clean_len), dtype=torch.bool)
+    noisy_ids = torch.full((rows, noisy_len), mask_id, dtype=torch.long)
+    noisy_positions = torch.zeros((rows, noisy_len), dtype=torch.long)
+    noisy_attend = torch.zeros((rows, 1, noisy_len, clean_len + noisy_len), dtype=torch.bool)
+    targets = torch.full((rows, noisy_len), -100, dtype=torch.long)
+    weights = torch.zeros((rows, noisy_len))
+    causal = torch.ones(clean_len, clean_len, dtype=torch.bool).tril()
+    predicted = 0
+    for row, (seq, start) in enumerate(zip(batch, starts)):
+        tokens = torch.tensor(seq.tokens)
+        context = len(tokens) - size
+        clean_ids[row, :context] = tokens[:context]
+        clean_attend[row, 0] = causal
+        span = len(tokens) - start
+        positions = torch.arange(start, len(tokens))
+        blocks = positions // size
+        rates = MIN_MASK_RATE + (1 - MIN_MASK_RATE) * torch.rand(int(blocks[-1]) + 1, generator=generator)
+        rate = rates[blocks]
+        answer = positions >= seq.prompt_length
+        masked = answer & (torch.rand(span, generator=generator) < rate)
+        noisy_ids[row, :span] = torch.where(masked, mask_id, tokens[start:])
+        noisy_positions[row, :span] = positions
+        noisy_positions[row, span:] = len(tokens)  # padding rows: past the sequence, attending themselves
+        keys = torch.arange(clean_len)
+        noisy_attend[row, 0, :span, :clean_len] = (keys[None, :] < (blocks * size)[:, None]) & (keys < context)
+        same_block = blocks[None, :] == blocks[:, None]
+        noisy_attend[row, 0, :span, clean_len : clean_len + span] = same_block
+        pad = torch.arange(span, noisy_len)
+        noisy_attend[row, 0, pad, clean_len + pad] = True
+        # row p predicts p+1 when p+1 is an answer position of p's block
+        follows = (positions[1:] // size == blocks[:-1]) & answer[1:]
+        predicted += int(follows.sum())
+        trained = follows & masked[1:]
+        targets[row, : span - 1] = torch.where(trained, tokens[start + 1 :], -100)
+        weights[row, : span - 1] = torch.where(trained, 1.0 / rate[1:], 0.0)
+    return Batch(clean_ids, clean_attend, noisy_ids, noisy_positions, noisy_attend, targets, weights,
+                 max(predicted, 1))
+
+
+def precision(target: DLMTarget, dtype: str):
+    """Put the frozen base in `dtype` (the adapter stays float32) and return the autocast context
+    every forward of the run runs under."""
+    import contextlib
+
+    if dtype == "float32":
+        return contextlib.nullcontext()
+    if dtype != "bfloat16":
+        raise UserError(f"dtype {dtype!r}: a conversion trains in float32 or bfloat16")
+    for name, parameter in target.model.named_parameters():
+        if "lora_" not in name:
+            parameter.data = parameter.data.to(torch.bfloat16)
+    return torch.autocast(target.device.type, dtype=torch.bfloat16)
+
+
+def diffusion_loss(target: DLMTarget, batch: Batch) -> Tensor:
+    model = target.model
+    clean_positions = torch.arange(batch.clean_ids.shape[1])
+    with torch.no_grad():
+        _, clean_kv = model.hidden(batch.clean_ids, clean_positions, batch.clean_attend)
+    adapted = torch.ones_like(batch.noisy_ids, dtype=torch.bool)
+    hidden, _ = model.hidden(batch.noisy_ids, batch.noisy_positions, batch.noisy_attend, clean_kv, adapted)
+    trained = batch.targets >= 0
+    logits = model.lm_head(hidden[trained]).float()
+    per_token = F.cross_entropy(logits, batch.targets[trained], reduction="none")
+    return (per_token * batch.weights[trained]).sum() / batch.predicted
+
+
+@torch.no_grad()
+def heldout_loss(target: DLMTarget, examples: list[Sequence], recipe: ConvertRecipe) -> float:
+    """The loss on held-out training-split sequences under fixed noise, so runs compare."""
+    noise = torch.Generator().manual_seed(12345)
+    total = 0.0
+    for start in range(0, len(examples), recipe.batch_size):
+        chunk = examples[start : start + recipe.batch_size]
+        total += diffusion_loss(target, layout(chunk, recipe.block_length, recipe.mask_id, noise)).item() * len(chunk)
+    return total / max(1, len(examples))
+
+
+def train_conversion(recipe: ConvertRecipe, base, pairs: list[tuple[list[int], list[int]]], out_dir: Path,
+                     stop_after_s: float | None = None) -> dict:
+    """Train (or resume) into `out_dir` on (prompt ids, answer ids) pairs of train splits; stop after
+    `stop_after_s` seconds at a checkpoint (a later call resumes). Returns the training report."""
+    recipe.check(f"recipe {recipe.name}")
+    data = sequences(pairs, recipe, base.eos_id)
+    validation, training = data[: recipe.validation_examples], data[recipe.validation_examples :]
+    if recipe.train_examples:
+        training = training[: recipe.train_examples]
+    if len(training) < recipe.batch_size:
+        raise UserError(f"recipe {recipe.name}: only {len(training)} training sequences for batch size "
+                        f"{recipe.batch_size}")
+    torch.manual_seed(recipe.seed)
+    target = convert(base, recipe.mask_id, recipe.rank, recipe.alpha, name=recipe.name)
+    parameters = list(adapter.lora_state(target.model).values())
+    optimizer = torch.optim.AdamW(parameters, lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
+    autocast = precision(target, recipe.dtype)
+    noise = torch.Generator().manual_seed(recipe.seed + 1)
+    order = torch.Generator().manual_seed(recipe.seed + 2)
+    step, tokens_seen, seconds, curve = 0, 0, 0.0, []
+    permutation, cursor = torch.randperm(len(training), generator=order), 0
+    state_path = out_dir / STATE_FILE
+    state = load_state(state_path, recipe, "use a new --out folder, or the recipe that run started with")
+    base_hash = adapter.weights_hash(base.model)
+    if state is not None:
+        if state["base_hash"] != base_hash:
+            raise UserError(f"{out_dir} holds a conversion of other base weights (hash {state['base_hash']}, "
+                            f"these are {base_hash}); use a new --out folder")
+        adapter.load_lora(target.model, state["adapter"])
+        optimizer.load_state_dict(state["optimizer"])
+        noise.set_state(state["noise"])
+        order.set_state(state["order"])
+        step, tokens_seen, seconds, curve = state["step"], state["tokens_seen"], state["seconds"], state["curve"]
+        permutation, cursor = state["permutation"], state["cursor"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {"base": recipe.base, "base_hash": base_hash, "rank": recipe.rank, "alpha": recipe.alpha,
+            "block_length": recipe.block_length, "recipe": dataclasses.asdict(recipe)}
+    started, window = time.perf_counter(), []
+    target.model.train()
+    while step < recipe.steps:
+        chosen, permutation, cursor = next_batch(training, permutation, cursor, recipe.batch_size, order)
+        tick = time.perf_counter()
+        with autocast:
+            loss = diffusion_loss(target, layout(chosen, recipe.block_length, recipe.mask_id, noise))
+        lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
+        optimizer_step(optimizer, parameters, loss, lr, recipe.grad_clip)
+        seconds += time.perf_counter() - tick
+        step += 1
+        tokens_seen += sum(len(s.tokens) for s in chosen)
+        window.append(loss.item())
+        print(f"step {step}/{recipe.steps} loss {window[-1]:.4f} ({time.perf_counter() - tick:.1f} s)", flush=True)
+        if step % recipe.validation_every == 0 or step == recipe.steps:
+            target.model.eval()
+            with autocast:
+                heldout = heldout_loss(target, validation, recipe)
+            curve.append({"step": step, "train_loss": sum(window) / len(window), "heldout_loss": heldout,
+                          "seconds": round(seconds, 1), "tokens_seen": tokens_seen})
+            target.model.train()
+            window = []
+            report = _report(recipe, target, step, tokens_seen, seconds, curve)
+            save_converted(target, out_dir / MODEL_DIR, meta, report)
+        if step % recipe.checkpoint_every == 0 or step == recipe.steps:
+            save_state(state_path, dict(
+                recipe=dataclasses.asdict(recipe), base_hash=base_hash,
+                adapter={k: v.detach().clone() for k, v in adapter.lora_state(target.model).items()},
+                optimizer=optimizer.state_dict(), noise=noise.get_state(), order=order.get_state(),
+                step=step, tokens_seen=tokens_seen, seconds=seconds, curve=curve,
+                permutation=permutation, cursor=cursor))
+            if stop_after_s is not None and time.perf_counter() - started > stop_after_s:
+                break
+    target.model.eval()
+    return _report(recipe, target, step, tokens_seen, seconds, curve)
+
+
+def _report(recipe: ConvertRecipe, target: DLMTarget, step: int, tokens_seen: int, seconds: float,
+            curve: list[dict]) -> dict:
+    parameters = sum(p.numel() for p in target.model.parameters())
+    return {"name": recipe.name, "family": "converted", "base": recipe.base, "steps": step,
+            "finished": step >= recipe.steps, "parameters": parameters, "training_tokens": tokens_seen,
+            "train_seconds": round(seconds, 1), "heldout_loss": curve[-1]["heldout_loss"] if curve else None,
+            "curve": curve}

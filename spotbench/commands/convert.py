@@ -1,0 +1,60 @@
+"""`spotbench convert`: turn an autoregressive LM into a block-diffusion target (docs/converted.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from spotbench.commands import add_recipe_arguments
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "convert", help="convert an AR LM (smollm2, a Llama/Qwen2/Qwen3 causal-LM folder) into a block-diffusion "
+                        "target by training a gated adapter from a recipe (resumes)"
+    )
+    add_recipe_arguments(parser, "zoo/recipes/sdar-smollm2.yaml",
+                         "run folder (train_state.pt, model/); re-running resumes an unfinished conversion")
+    parser.add_argument("--stop-after-minutes", type=float, default=None,
+                        help="checkpoint and stop after this much training time (re-run to resume)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from harness.errors import UserError
+    from harness.targets.registry import load_target, target_kind
+    from harness.training.convert import ConvertRecipe, train_conversion
+    from spotbench.commands.train_drafter import task_pairs
+
+    recipe = ConvertRecipe.load(args.recipe, args.steps)
+    if args.stop_after_minutes is not None and not args.stop_after_minutes > 0:
+        raise UserError(f"--stop-after-minutes must be positive, got {args.stop_after_minutes}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UserError(f"--threads must be a positive integer, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if target_kind(recipe.base) != "ar":
+        raise UserError(f"recipe {args.recipe}: base {recipe.base!r} is not an autoregressive target; convert "
+                        "a causal LM (smollm2, a Llama/Qwen2/Qwen3 causal-LM folder)")
+    base = load_target(recipe.base, "cpu", "float32")
+    stop = args.stop_after_minutes * 60 if args.stop_after_minutes else None
+    per_task = [task_pairs(_Limits(recipe, name), base) for name in recipe.tasks]
+    held = recipe.validation_examples // len(per_task)
+    pairs = [p for task in per_task for p in task[:held]] + [p for task in per_task for p in task[held:]]
+    report = train_conversion(recipe, base, pairs, Path(args.out), stop)
+    print(json.dumps({k: report[k] for k in ("name", "steps", "finished", "train_seconds", "heldout_loss")}))
+    return 0
+
+
+class _Limits:
+    """What `task_pairs` reads of a recipe, for one task: the held-out prompts are the first
+    `validation_examples` / tasks of each task, so the held-out loss covers every task."""
+
+    def __init__(self, recipe, task: str) -> None:
+        self.tasks = [task]
+        self.validation_prompts = recipe.validation_examples
+        self.train_examples = recipe.train_examples

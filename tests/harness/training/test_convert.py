@@ -1,0 +1,153 @@
+"""Converting an AR LM to block diffusion: the converted model is its base outside the active block,
+the training layout is the decoder's pass, training resumes bit-identically, and a delta refuses
+other base weights."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from harness.errors import UserError
+from harness.targets import adapter
+from harness.targets.ar import tiny_random_ar
+from harness.targets.converted import CONVERTED_FILE, convert, from_causal_lm, load_converted, model_config, save_converted
+from harness.training.convert import ConvertRecipe, Sequence, diffusion_loss, layout, train_conversion
+
+PROMPT = [(37 * i + 11) % 200 + 30 for i in range(11)]
+ANSWER = [(53 * i + 7) % 200 + 30 for i in range(13)]
+
+
+def _randomise(target, seed: int = 0) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    for parameter in adapter.lora_state(target.model).values():
+        parameter.data = torch.randn(parameter.shape, generator=generator, dtype=parameter.dtype) * 0.2
+
+
+def test_without_its_adapter_the_converted_model_is_the_causal_lm() -> None:
+    base = tiny_random_ar(1)
+    ids = torch.tensor([PROMPT + ANSWER])
+    with torch.no_grad():
+        expected = base.model(ids).logits
+        model = from_causal_lm(base.model, "tiny")
+        positions = torch.arange(ids.shape[1])
+        causal = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool).tril()
+        ours, _ = model(ids, positions, causal)
+    assert float((ours - expected).abs().max()) < 1e-5
+
+
+def test_the_adapter_acts_at_adapted_rows_only() -> None:
+    target = convert(tiny_random_ar(1), mask_id=5, rank=4, alpha=8.0)
+    _randomise(target)
+    ids = torch.tensor([PROMPT])
+    positions = torch.arange(ids.shape[1])
+    causal = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool).tril()
+    adapted = positions[None] >= 8
+    with torch.no_grad():
+        off, _ = target.model(ids, positions, causal)
+        on, _ = target.model(ids, positions, causal, adapted=adapted)
+    assert torch.equal(on[:, :8], off[:, :8])  # clean rows: the base, bitwise
+    assert float((on[:, 8:] - off[:, 8:]).abs().max()) > 1e-3  # negative control: the adapter acts
+
+
+def test_the_training_layout_is_the_decoders_pass() -> None:
+    """Every noisy block's logits in training equal the session's pass over that block state with
+    the blocks before it committed (float64), including the shifted first row and the prompt's tail."""
+    target = convert(tiny_random_ar(2), mask_id=5, rank=4, alpha=8.0)
+    _randomise(target)
+    target = target.exact()
+    size = 4
+    seq = Sequence(PROMPT + ANSWER + [target.eos_id] * 0, len(PROMPT))
+    seq.tokens += [target.eos_id] * (-len(seq.tokens) % size)
+    batch = layout([seq], size, target.mask_id, torch.Generator().manual_seed(3))
+    assert (batch.noisy_ids == target.mask_id).any()
+    clean_positions = torch.arange(batch.clean_ids.shape[1])
+    with torch.no_grad():
+        _, kv = target.model.hidden(batch.clean_ids, clean_positions, batch.clean_attend)
+        hidden, _ = target.model.hidden(batch.noisy_ids, batch.noisy_positions, batch.noisy_attend, kv,
+                                        torch.ones_like(batch.noisy_ids, dtype=torch.bool))
+        trained_logits = target.model.lm_head(hidden)[0]
+    origin = len(PROMPT) - len(PROMPT) % size
+    tokens = torch.tensor(seq.tokens)
+    for start in range(origin, len(seq.tokens), size):
+        session = target.start(PROMPT, len(seq.tokens) - len(PROMPT), size)
+        for earlier in range(origin, start, size):
+            session.finish_block(tokens[earlier : earlier + size])
+        state = batch.noisy_ids[0, start - origin : start - origin + size]
+        current = session.forward(state[None]).current[0]
+        rows = trained_logits[start - origin : start - origin + size - 1]
+        assert float((current[1:] - rows).abs().max()) < 1e-10, start
+        if start > 0:  # the first token's row is the base's clean row before the block
+            with torch.no_grad():
+                full = target.model(tokens[None, :start], torch.arange(start),
+                                    torch.ones(start, start, dtype=torch.bool).tril())[0][0, -1]
+            assert float((current[0] - full).abs().max()) < 1e-10
+
+
+def test_every_trained_row_predicts_a_masked_answer_token_of_its_block() -> None:
+    size = 4
+    seq = Sequence(PROMPT + ANSWER + [2, 2, 2, 2][: -(len(PROMPT + ANSWER)) % size], len(PROMPT))
+    batch = layout([seq, seq], size, mask_id=5, generator=torch.Generator().manual_seed(0))
+    origin = len(PROMPT) - len(PROMPT) % size
+    for row in range(2):
+        for index in (batch.targets[row] >= 0).nonzero().flatten().tolist():
+            position = origin + index
+            assert (position + 1) // size == position // size and position + 1 >= len(PROMPT)
+            assert batch.noisy_ids[row, index + 1] == 5 and batch.targets[row, index] == seq.tokens[position + 1]
+
+
+def _pairs(n: int = 24) -> list[tuple[list[int], list[int]]]:
+    return [([(7 * i + j) % 90 + 30 for j in range(6 + i % 5)], [(11 * i + 3 * j) % 90 + 30 for j in range(5 + i % 7)])
+            for i in range(n)]
+
+
+def _recipe(**changes) -> ConvertRecipe:
+    fields = dict(name="tiny-convert", tasks=["arith"], base="tiny-random-ar:1", mask_id=5, block_length=4,
+                  rank=4, alpha=8.0, steps=4, batch_size=4, learning_rate=1e-2, warmup_steps=1,
+                  validation_examples=4, validation_every=2, checkpoint_every=1)
+    return ConvertRecipe(**(fields | changes))
+
+
+def test_an_interrupted_conversion_resumes_bit_identically(tmp_path) -> None:
+    base = tiny_random_ar(1)
+    whole = train_conversion(_recipe(), base, _pairs(), tmp_path / "whole")
+    first = train_conversion(_recipe(), base, _pairs(), tmp_path / "split", stop_after_s=0.0)
+    assert first["steps"] == 1 and not first["finished"]
+    resumed = train_conversion(_recipe(), base, _pairs(), tmp_path / "split")
+    assert resumed["finished"] and resumed["curve"] == [{**c, "seconds": c["seconds"]} for c in resumed["curve"]]
+    assert [c["heldout_loss"] for c in resumed["curve"]] == [c["heldout_loss"] for c in whole["curve"]]
+    a = load_converted(tmp_path / "whole" / "model", torch.float32, torch.device("cpu"))
+    b = load_converted(tmp_path / "split" / "model", torch.float32, torch.device("cpu"))
+    for (name, x), y in zip(adapter.lora_state(a.model).items(), adapter.lora_state(b.model).values()):
+        assert torch.equal(x, y), name
+    assert whole["curve"][-1]["heldout_loss"] < whole["curve"][0]["heldout_loss"] + 1.0
+
+
+def test_a_resumed_conversion_with_another_recipe_is_refused(tmp_path) -> None:
+    base = tiny_random_ar(1)
+    train_conversion(_recipe(), base, _pairs(), tmp_path, stop_after_s=0.0)
+    with pytest.raises(UserError, match="different recipe"):
+        train_conversion(_recipe(learning_rate=5e-3), base, _pairs(), tmp_path)
+
+
+def test_a_delta_over_other_base_weights_is_refused(tmp_path) -> None:
+    target = convert(tiny_random_ar(1), mask_id=5, rank=4, alpha=8.0)
+    meta = {"base": "tiny-random-ar:1", "base_hash": adapter.weights_hash(tiny_random_ar(1).model), "rank": 4,
+            "alpha": 8.0}
+    save_converted(target, tmp_path / "model", meta)
+    assert load_converted(tmp_path / "model", torch.float32, torch.device("cpu")).family.name == "converted"
+    record = json.loads((tmp_path / "model" / CONVERTED_FILE).read_text())
+    (tmp_path / "model" / CONVERTED_FILE).write_text(json.dumps(record | {"base": "tiny-random-ar:2"}))
+    with pytest.raises(UserError, match="hash"):
+        load_converted(tmp_path / "model", torch.float32, torch.device("cpu"))
+
+
+def test_an_unknown_architecture_is_refused() -> None:
+    from transformers import GPT2Config
+
+    with pytest.raises(UserError, match="cannot convert model_type 'gpt2'"):
+        model_config(GPT2Config(), "folder")
+
+
+def test_the_recipe_is_a_dataclass_of_known_fields() -> None:
+    assert {f.name for f in dataclasses.fields(ConvertRecipe)} >= {"base", "mask_id", "block_length", "rank"}
