@@ -27,10 +27,10 @@ is no unjailed fallback):
   installation, its venv and the launcher; a private tmpfs at /tmp (`Limits.disk_bytes`) that
   vanishes with the jail, mounted before the binds, so a Python installed under /tmp is bound over
   it rather than hidden, and holding the work dir, which the jailed uid makes itself (a program
-  may remove it, as it could its own temporary directory); a fresh /proc (the jail's own processes) and a minimal /dev. Nothing else
-  of the host exists in the jail and the binds are read-only, so no path, descriptor or dir_fd lets
-  the code read the harness's files or environment, or write, chmod, utime or pin (immutable-flag
-  ioctl) anything that outlives the run;
+  may remove it, as it could its own temporary directory); a fresh /proc (the jail's own
+  processes) and a minimal /dev. Nothing else of the host exists in the jail and the binds are
+  read-only, so no path, descriptor or dir_fd lets the code read the harness's files or
+  environment, or write, chmod, utime or pin (immutable-flag ioctl) anything that outlives the run;
 - no network (own network namespace: a loopback that is down); own PID, IPC and UTS namespaces; a
   new session (no terminal injection);
 - rlimits set inside the jail before the untrusted code is compiled: CPU time (what decides a
@@ -48,9 +48,9 @@ tracing, signals to other processes and file changes outside /tmp.
 Not guaranteed: the kernel itself (no seccomp filter: the jailed code reaches every syscall, and
 under a root harness may create user namespaces of its own); tmpfs pages count against the host's
 memory, not RLIMIT_AS; under a non-root harness the jails share uid 65534. Names the tests take
-from the program are trusted as the official harnesses trust them (HumanEval's scorer gives the judge the prompt's own helpers, so a completion
-cannot rig `poly`). Tests that iterate or compare a non-plain object of the program fail here (no
-MBPP or HumanEval reference solution needs that).
+from the program are trusted as the official harnesses trust them (HumanEval's scorer gives the
+judge the prompt's own helpers, so a completion cannot rig `poly`). Tests that iterate or compare
+a non-plain object of the program fail here (no MBPP or HumanEval reference solution needs that).
 """
 
 from __future__ import annotations
