@@ -63,7 +63,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="zoo/recipes/sdar-smollm2.yaml")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per variant (after one warm-up)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     from spotbench.commands.convert import _Limits
     from spotbench.commands.train_drafter import task_pairs
 

@@ -160,9 +160,10 @@ def build_suite(file_settings: dict[str, Any], flags: Mapping[str, Any],
 def resolve(suite: Suite) -> None:
     """Every model, proposer and task (with its split) names something that exists."""
     from harness.targets.ar import check_ar_name, is_ar_name
+    from harness.targets.converted import check_converted, is_converted
     from harness.targets.registry import check_lengths_for
     from harness.targets.tiny import parse_tiny_name
-    from harness.targets.zoo import zoo_names
+    from harness.targets.zoo import model_dir, zoo_names
     from proposers import check_arm_for_model, check_proposer, check_sampling
     from tasks.chat import check_token_id_prompts
     from tasks.prompt_ids import PREFIX as IDS_PREFIX
@@ -174,6 +175,8 @@ def resolve(suite: Suite) -> None:
             continue
         if model.startswith("tiny-random"):
             parse_tiny_name(model)
+        elif is_converted(model_dir(model) if model in zoo_names() else model):
+            check_converted(model_dir(model) if model in zoo_names() else Path(model))
         elif model not in zoo_names():
             check_checkpoint_folder(model)
         check_lengths_for(model, suite.gen_length, suite.block_length)
@@ -206,6 +209,7 @@ def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS) -> None:
     `flag_names` names the settings in messages."""
     from harness.targets.ar import TINY_AR, folder_of, is_ar_name
     from harness.targets.checkpoint import CONFIG, check_token_id, read_head
+    from harness.targets.converted import is_converted
     from harness.targets.registry import load_target
     from harness.targets.zoo import model_dir, zoo_names
     from tasks.chat import Chat
@@ -230,6 +234,8 @@ def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS) -> None:
         elif model.startswith("tiny-random"):
             target = load_target(model)  # built in code, tiny
             tokenizer, vocab_size = target.tokenizer, target.vocab_size
+        elif is_converted(model_dir(model) if model in zoo_names() else model):
+            continue  # its base's vocabulary and tokenizer are checked where the base loads
         else:
             _, config, tokenizer, _, _ = read_head(model_dir(model) if model in zoo_names() else Path(model),
                                                    suite.mask_id, suite.eos_id, flag)
@@ -254,11 +260,13 @@ def check_prompts_fit(suite: Suite) -> None:
     token-id prompts (`ids:FILE.jsonl`), refused before a run directory exists."""
     from harness.targets.ar import is_ar_name
     from harness.targets.checkpoint import TOKENIZER_FILES
+    from harness.targets.converted import is_converted
     from tasks.prompt_ids import PREFIX
 
     text_tasks = [name for name in suite.tasks if not name.startswith(PREFIX)]
     for model in suite.models:
-        bare = Path(model).is_dir() and not any((Path(model) / f).is_file() for f in TOKENIZER_FILES)
+        bare = (Path(model).is_dir() and not is_converted(model)  # a converted target uses its base's tokenizer
+                and not any((Path(model) / f).is_file() for f in TOKENIZER_FILES))
         if text_tasks and bare and not is_ar_name(model):  # a GGUF file carries its own tokenizer
             raise UserError(f"model {model} has no tokenizer files and task {text_tasks[0]} gives text prompts; "
                             "give token-id prompts (--tasks ids:FILE.jsonl) or a folder with its tokenizer")

@@ -148,6 +148,18 @@ def read_meta(folder: Path) -> dict:
     return meta
 
 
+def check_converted(folder: Path) -> None:
+    """What can be checked before any weight loads: the record, the adapter file, and that its base
+    names a loadable AR target (`smollm2` installed, a causal-LM folder present)."""
+    from harness.targets.ar import check_ar_name, is_ar_name
+
+    meta = read_meta(folder)
+    if not is_ar_name(meta["base"]):
+        raise UserError(f"{folder / CONVERTED_FILE}: base {meta['base']!r} is not an autoregressive target this "
+                        "machine can load; install it or fix the record's base")
+    check_ar_name(meta["base"])
+
+
 def load_converted(folder: str | Path, dtype: torch.dtype, device: torch.device,
                    mask_id: int | None = None, eos_id: int | None = None) -> DLMTarget:
     """The converted target in `folder`: its base loaded by name (`smollm2`, a causal-LM folder),

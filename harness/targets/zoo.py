@@ -28,6 +28,8 @@ class ZooEntry:
     heldout_loss: float
     path: str
     recipe: str
+    finished: bool = True
+    """False while a resumable training (a conversion in pieces) has not reached its recipe's steps."""
 
 
 def model_dir(name: str) -> Path:
@@ -53,4 +55,5 @@ def zoo_entry(name: str) -> ZooEntry:
         heldout_loss=report["heldout_loss"],
         path=str(folder.relative_to(PROJECT_ROOT)),
         recipe=str((RECIPES_DIR / f"{name}.yaml").relative_to(PROJECT_ROOT)),
+        finished=report.get("finished", True),
     )
