@@ -91,6 +91,46 @@ def check_lossless(
     return LosslessReport(False, Divergence(token, step, margin, gap, near_tie), tolerance)
 
 
+def batch_difference(batched: Generation, alone: Generation) -> str | None:
+    """The first way a generation decoded in a batch is not its batch-1 decode bit for bit (None when
+    it is): trajectory, tokens, commits per pass, pass and row counts, acceptance, stops and, when both
+    kept them, every walked row's logits and every handed-over stale view, compared bitwise. In
+    exactness mode batching must change nothing (DESIGN.md section 3, "Batches")."""
+    for name in ("steps", "pass_commits", "stops"):
+        index = _first_difference(getattr(batched, name) or [], getattr(alone, name) or [])
+        if index is not None:
+            return f"{name} differ first at index {index}"
+    if not torch.equal(batched.tokens, alone.tokens):
+        return f"tokens differ first at index {_first_difference(batched.tokens.tolist(), alone.tokens.tolist())}"
+    for name in ("nfe", "rows", "commits", "draft_nodes", "accepted_per_depth", "stale_hits", "stale_commits"):
+        if getattr(batched.metrics, name) != getattr(alone.metrics, name):
+            return f"{name}: {getattr(batched.metrics, name)} in the batch, {getattr(alone.metrics, name)} alone"
+    for name in ("pass_logits", "following"):
+        ours, theirs = getattr(batched, name), getattr(alone, name)
+        if ours is None or theirs is None:
+            continue
+        for index, (a, b) in enumerate(zip(ours, theirs)):
+            if (a is None) != (b is None) or (a is not None and not _bitwise_equal(a, b)):
+                return f"{name}[{index}] differ (max |difference| {_max_difference(a, b)})"
+    return None
+
+
+def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():  # bits, not values: -0.0 against 0.0 or one NaN against another differ
+        bits = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
+                torch.bfloat16: torch.int16}[a.dtype]
+        return torch.equal(a.contiguous().view(bits), b.contiguous().view(bits))
+    return torch.equal(a, b)
+
+
+def _max_difference(a: torch.Tensor | None, b: torch.Tensor | None) -> float | None:
+    if a is None or b is None or a.shape != b.shape:
+        return None
+    return float((a.double() - b.double()).abs().max())
+
+
 def _first_difference(a: list, b: list) -> int | None:
     for index, (x, y) in enumerate(zip(a, b)):
         if x != y:

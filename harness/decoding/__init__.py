@@ -4,15 +4,16 @@ Pure code: no I/O, no Ray, no datasets. The semantics are fixed by DESIGN.md sec
 decisions it leaves open are in docs/decoding.md.
 """
 
+from harness.decoding.batch import decode_batch
 from harness.decoding.generation import DecodeConfig, Generation
 from harness.decoding.metrics import Metrics
 from harness.decoding.noise import NoiseSource, gumbel
 from harness.decoding.rules import Rule, StepRecord, Transition, parse_rule
-from harness.decoding.speculative import plain_decode, speculative_decode
+from harness.decoding.speculative import plain_decode, plain_generation, speculative_decode, speculative_generation
 from harness.decoding.tree import DraftNode, DraftRequest, DraftTree, PreparedTree, Proposer, prepare
 
 __all__ = [
     "DecodeConfig", "DraftNode", "DraftRequest", "DraftTree", "Generation", "Metrics", "NoiseSource",
-    "PreparedTree", "Proposer", "Rule", "StepRecord", "Transition", "gumbel", "parse_rule",
-    "plain_decode", "prepare", "speculative_decode",
+    "PreparedTree", "Proposer", "Rule", "StepRecord", "Transition", "decode_batch", "gumbel", "parse_rule",
+    "plain_decode", "plain_generation", "prepare", "speculative_decode", "speculative_generation",
 ]

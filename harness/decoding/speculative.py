@@ -11,6 +11,10 @@ Plain decoding is this loop with budget 0 (`plain_decode`): every pass evaluates
 commits one transition. With `trace` the loop also keeps what the reference needs: per step, how
 close the rule's decision was (`StepRecord`, for divergence forensics) and the stale-token hit count;
 with `keep_logits`, the logits of every walked row (replay and SPOT's training data read them).
+
+The loop is written for one generation and yields each target pass it needs (`speculative_generation`);
+`harness.decoding.batch.decode_batch` drives one generation alone (`speculative_decode`) or many
+together, one target pass per step across them.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import time
 import torch
 from torch import Tensor
 
-from harness.decoding.generation import DecodeConfig, Generation, synchronize
+from harness.decoding.batch import Decoding, Pass, decode_batch
+from harness.decoding.generation import DecodeConfig, Generation
 from harness.decoding.metrics import Metrics
 from harness.decoding.noise import NoiseSource
 from harness.decoding.rules import StepRecord, Transition, greedy_tokens
@@ -32,6 +37,17 @@ def speculative_decode(
     target: DLMTarget, prompt_ids: list[int] | Tensor, proposer: Proposer, config: DecodeConfig, budget: int,
     trace: bool = False, keep_logits: bool = False,
 ) -> Generation:
+    """One generation, driven alone; `decode_batch` drives many `speculative_generation`s together."""
+    return decode_batch(target, [speculative_generation(target, prompt_ids, proposer, config, budget, trace,
+                                                        keep_logits)])[0]
+
+
+def speculative_generation(
+    target: DLMTarget, prompt_ids: list[int] | Tensor, proposer: Proposer, config: DecodeConfig, budget: int,
+    trace: bool = False, keep_logits: bool = False,
+) -> Decoding:
+    """The block loop of one generation: yields each target pass it needs (`Pass`), receives its
+    `BlockLogits`, returns the `Generation` (its times are filled in by `decode_batch`)."""
     if budget < 0:
         raise ValueError(f"the draft budget must be >= 0, got {budget}")
     rule, temperature, size, mask_id = config.rule, config.temperature, config.block_length, target.mask_id
@@ -47,7 +63,6 @@ def speculative_decode(
     state = session.first_state()
     stale: Tensor | None = None
     history: list[int] = []  # this block's committed positions, oldest first
-    start = time.perf_counter()
     while True:
         root_step = len(steps)
         if noise:
@@ -57,10 +72,7 @@ def speculative_decode(
                                               tuple(history)))
         metrics.proposer_s += time.perf_counter() - before
         tree = prepare(draft, state, mask_id, budget)
-        before = time.perf_counter()
-        logits = session.forward(tree.states)
-        synchronize(logits.current)
-        metrics.target_s += time.perf_counter() - before
+        logits = yield Pass(session, tree.states)  # one target pass over [root] + nodes
         # Walk: at each row the target's own transition; move to the child that drafted exactly it.
         row, depth = 0, 0
         while True:
@@ -94,7 +106,6 @@ def speculative_decode(
                 break
             state = torch.full((size,), mask_id, dtype=torch.long)
             history = []
-    metrics.wall_s = time.perf_counter() - start
     metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(steps)
     return Generation(session.answer(), steps, pass_commits, records if trace else None, metrics, target.eos_id,
                       kept if keep_logits else None, following if keep_logits else None, stops,
@@ -130,4 +141,10 @@ class NoDraft:
 def plain_decode(target: DLMTarget, prompt_ids: list[int] | Tensor, config: DecodeConfig,
                  keep_logits: bool = False) -> Generation:
     """The reference every speculative arm must reproduce token for token: budget 0, traced."""
-    return speculative_decode(target, prompt_ids, NoDraft(), config, 0, trace=True, keep_logits=keep_logits)
+    return decode_batch(target, [plain_generation(target, prompt_ids, config, keep_logits)])[0]
+
+
+def plain_generation(target: DLMTarget, prompt_ids: list[int] | Tensor, config: DecodeConfig,
+                     keep_logits: bool = False) -> Decoding:
+    """`plain_decode`'s loop, for `decode_batch`."""
+    return speculative_generation(target, prompt_ids, NoDraft(), config, 0, trace=True, keep_logits=keep_logits)

@@ -29,12 +29,14 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from harness.errors import UserError
+from harness.targets.batching import pad_block_causal, pad_full
 from harness.targets.families import FamilySpec
 from harness.targets.model import KV, DLMTransformer
 
@@ -104,6 +106,10 @@ class DLMTarget:
         prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=self.device)
         return TargetSession(self, prompt, gen_length, block_length)
 
+    def forward_many(self, passes: Sequence[tuple[TargetSession, Tensor]]) -> list[BlockLogits]:
+        """One target pass over the states of several generations (`forward_sessions`)."""
+        return forward_sessions(passes)
+
 
 class TargetSession:
     """One generation of one prompt (see the module docstring)."""
@@ -146,14 +152,20 @@ class TargetSession:
 
     def forward(self, states: Tensor) -> BlockLogits:
         """One target pass over candidate states [N, B] of the current block."""
+        states = self.admit(states)
+        with torch.inference_mode():
+            return self._evaluate(states)
+
+    def admit(self, states: Tensor) -> Tensor:
+        """Check and count one pass over `states` (the session's own `nfe` and `rows`, also when the
+        pass is shared with other generations: `forward_sessions`); the states on the target's device."""
         if states.ndim != 2 or states.shape[1] != self.block_length:
             raise ValueError(f"states must be [N, {self.block_length}], got {tuple(states.shape)}")
         if self.block_index >= self.num_blocks:
             raise ValueError("the generation has no block left to evaluate")
         self.nfe += 1
         self.rows += states.shape[0]
-        with torch.inference_mode():
-            return self._evaluate(states.to(self.prompt.device))
+        return states.to(self.prompt.device)
 
     def _evaluate(self, states: Tensor) -> BlockLogits:
         evaluate = self._block_causal if self.target.family.attention == "block_causal" else self._full
@@ -184,29 +196,41 @@ class TargetSession:
         return (torch.cat(self.finished) if self.finished else self.prompt[:0])[self.prompt_in_block :].cpu()
 
     def _full(self, states: Tensor) -> BlockLogits:
+        tokens = self.full_tokens(states)
+        logits, _ = self.target.model(tokens, torch.arange(tokens.shape[1], device=states.device), attend=None)
+        return self.full_logits(logits)
+
+    def full_tokens(self, states: Tensor) -> Tensor:
+        """Full attention: the rows of a pass, [N, prompt + every block], future blocks all masked."""
         rows, size = states.shape
-        mask_id = self.target.mask_id
         future = (self.num_blocks - self.block_index - 1) * size
         prefix = torch.cat([self.prompt, *self.finished])
-        tokens = torch.cat(
-            [
-                prefix.expand(rows, -1),
-                states,
-                torch.full((rows, future), mask_id, dtype=torch.long, device=states.device),
-            ],
-            dim=1,
-        )
-        positions = torch.arange(tokens.shape[1], device=states.device)
-        logits, _ = self.target.model(tokens, positions, attend=None)
+        masks = torch.full((rows, future), self.target.mask_id, dtype=torch.long, device=states.device)
+        return torch.cat([prefix.expand(rows, -1), states, masks], dim=1)
+
+    def full_logits(self, logits: Tensor) -> BlockLogits:
+        """Full attention: the current (and next) block's logits out of a pass's [N, L, V]."""
+        size = self.block_length
         start = self.block_start - (1 if self.target.family.shifted_logits else 0)
-        current = logits[:, start : start + size]
-        following = logits[:, start + size : start + 2 * size] if future else None
-        return BlockLogits(current, following)
+        future = self.block_index + 1 < self.num_blocks
+        return BlockLogits(logits[:, start : start + size], logits[:, start + size : start + 2 * size] if future else None)
 
     def _block_causal(self, states: Tensor) -> BlockLogits:
-        rows, size = states.shape
-        pending = self._pending
-        tokens = torch.cat([pending.expand(rows, -1), states], dim=1)
+        tokens, positions, attend, adapted = self.causal_inputs(states)
+        logits, new_kv = self.target.model(tokens, positions, attend, self._cache, adapted)
+        return self.causal_logits(logits, new_kv)
+
+    @property
+    def cached(self) -> list[KV] | None:
+        """Block-causal: per layer, the keys/values [1, heads, C, d] of the C stored positions (None: none yet)."""
+        return self._cache
+
+    def causal_inputs(self, states: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """Block-causal: the rows of a pass after the stored prefix: tokens [N, T] (the pending tokens,
+        then the states), positions [T], attend [T, C + T] over the C stored keys and the T new ones,
+        and for converted targets the rows the adapter is on at, [N, T]."""
+        rows = states.shape[0]
+        tokens = torch.cat([self._pending.expand(rows, -1), states], dim=1)
         total = self._cache_len + tokens.shape[1]
         positions = torch.arange(self._cache_len, total, device=states.device)
         keys = torch.arange(total, device=states.device)
@@ -219,11 +243,15 @@ class TargetSession:
             adapted = active.expand(rows, -1)
         else:
             attend = same_or_earlier
-        logits, new_kv = self.target.model(tokens, positions, attend, self._cache, adapted)
-        shifted = self.target.family.shifted_logits
-        current = self._shift(logits, pending.numel(), size) if shifted else logits[:, -size:]
-        if pending.numel():
-            stored = [(k[:1, :, : pending.numel()], v[:1, :, : pending.numel()]) for k, v in new_kv]
+        return tokens, positions, attend, adapted
+
+    def causal_logits(self, logits: Tensor, new_kv: list[KV]) -> BlockLogits:
+        """Block-causal: the block's logits out of a pass's [N, T, V]; the pending tokens' keys and
+        values (from `new_kv`, per layer [N, heads, T, d]) join the stored prefix."""
+        size, pending = self.block_length, self._pending.numel()
+        current = self._shift(logits, pending, size) if self.target.family.shifted_logits else logits[:, -size:]
+        if pending:
+            stored = [(k[:1, :, :pending].clone(), v[:1, :, :pending].clone()) for k, v in new_kv]
             if self._cache is None:
                 self._cache = stored
             else:
@@ -231,8 +259,8 @@ class TargetSession:
                     (torch.cat([ck, k], dim=2), torch.cat([cv, v], dim=2))
                     for (ck, cv), (k, v) in zip(self._cache, stored)
                 ]
-            self._cache_len += pending.numel()
-            self._pending = pending[:0]
+            self._cache_len += pending
+            self._pending = self._pending[:0]
         return BlockLogits(current, None)
 
     def _shift(self, logits: Tensor, pending: int, size: int) -> Tensor:
@@ -247,6 +275,44 @@ class TargetSession:
             self._before_block = logits.new_zeros((1, 1, logits.shape[-1]))
         first = self._before_block.expand(logits.shape[0], -1, -1)
         return torch.cat([first, logits[:, logits.shape[1] - size : -1]], dim=1)
+
+
+def forward_sessions(passes: Sequence[tuple[TargetSession, Tensor]]) -> list[BlockLogits]:
+    """One target pass over candidate states [n_i, B] of several generations of one target, each
+    counted as a pass of its own session (its `nfe` and `rows` are those of its batch-1 decode).
+
+    In exactness mode (`DLMTarget.rowwise`) every row of every generation is evaluated alone, with
+    the kernels and shapes of its batch-1 pass, so its logits are its batch-1 logits bit for bit.
+    Otherwise the rows of all generations go through the model together, padded to a common shape
+    (`harness.targets.batching`); a single generation takes its own pass unpadded."""
+    sessions = [session for session, _ in passes]
+    if len({id(s.target) for s in sessions}) > 1:
+        raise ValueError("a batched pass evaluates generations of one target")
+    states = [session.admit(s) for session, s in passes]
+    with torch.inference_mode():
+        target = sessions[0].target
+        if target.rowwise or len(passes) == 1:
+            return [session._evaluate(s) for session, s in zip(sessions, states)]
+        counts = [s.shape[0] for s in states]
+        if target.family.attention == "block_causal":
+            inputs = [session.causal_inputs(s) for session, s in zip(sessions, states)]
+            tokens, positions, attend, past, adapted = pad_block_causal(
+                inputs, [session.cached for session in sessions], target.mask_id)
+            logits, new_kv = target.model(tokens, positions, attend, past, adapted)
+            out, start = [], 0
+            for session, (rows, _, _, _), n in zip(sessions, inputs, counts):
+                t, part = rows.shape[1], slice(start, start + n)
+                out.append(session.causal_logits(logits[part, :t], [(k[part, :, :t], v[part, :, :t]) for k, v in new_kv]))
+                start += n
+            return out
+        rows = [session.full_tokens(s) for session, s in zip(sessions, states)]
+        tokens, attend = pad_full(rows, target.mask_id)
+        logits, _ = target.model(tokens, torch.arange(tokens.shape[1], device=tokens.device), attend)
+        out, start = [], 0
+        for session, r in zip(sessions, rows):
+            out.append(session.full_logits(logits[start : start + r.shape[0], : r.shape[1]]))
+            start += r.shape[0]
+        return out
 
 
 def check_geometry(family: FamilySpec, gen_length: int, block_length: int) -> None:

@@ -1,0 +1,104 @@
+"""Many generations, one target pass per step across them (DESIGN.md section 3, "Batches").
+
+A decoding loop is written for one generation, as a Python generator: where it needs the target it
+yields a `Pass` (its session and the states it wants evaluated) and receives their logits; when it is
+done it returns its `Generation`. `decode_batch` drives up to `batch_size` such generations at once:
+it collects the pass each active generation yields, evaluates all of them in ONE call of the
+target's `forward_many`, and hands each generation its own rows back. A generation that finishes
+leaves and the next pending one joins (continuous batching).
+
+Batching changes no generation's semantics: its noise is keyed by its own seed and steps, its
+proposer, rule and commits are its own, and its session counts its own passes and rows; only the
+logits may differ in the last bits where the target pads rows together (never in exactness mode,
+`harness.targets.target.forward_sessions`).
+
+Time. A generation's `target_s` is its share of the batched passes it took part in (each pass's time
+split by rows evaluated); its proposer and engine time is its own (the driver times each resumption
+of its loop); its `wall_s` is the sum of both: the worker time it cost. So the walls of a batch add up
+to the batch's time, tokens / wall is the job's throughput, and at batch size 1 wall is the
+generation's latency as before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor
+
+from harness.decoding.generation import Generation, synchronize
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What a generation asks of the target: one pass of `session` over `states`."""
+
+    session: Any
+    states: Tensor
+
+
+Decoding = Generator[Pass, Any, Generation]
+"""One generation's loop: yields the passes it needs, receives each one's logits, returns the result."""
+
+
+def decode_batch(target: Any, generations: Iterable[Decoding], batch_size: int = 1) -> list[Generation]:
+    """Run `generations` to completion, at most `batch_size` at a time, one target pass per round
+    over every active one (`target.forward_many`: `DLMTarget`, `ARTarget`); the results in the order
+    given."""
+    if batch_size < 1:
+        raise ValueError(f"the batch size must be >= 1, got {batch_size}")
+    pending = iter(enumerate(generations))
+    active: dict[int, tuple[Decoding, Pass]] = {}
+    clock: dict[int, list[float]] = {}  # per generation: [own time, target share]
+    done: dict[int, Generation] = {}
+
+    def resume(index: int, loop: Decoding, value: Any) -> None:
+        before = time.perf_counter()
+        try:
+            request = loop.send(value)
+        except StopIteration as stop:
+            clock[index][0] += time.perf_counter() - before
+            own, share = clock.pop(index)
+            done[index] = stop.value
+            stop.value.metrics.target_s = share
+            stop.value.metrics.wall_s = own + share
+            return
+        clock[index][0] += time.perf_counter() - before
+        active[index] = (loop, request)
+
+    exhausted = False
+    while True:
+        while not exhausted and len(active) < batch_size:
+            item = next(pending, None)
+            if item is None:
+                exhausted = True
+                break
+            clock[item[0]] = [0.0, 0.0]
+            resume(item[0], item[1], None)
+        if not active:
+            break
+        order = list(active)
+        requests = [active[i][1] for i in order]
+        before = time.perf_counter()
+        outputs = evaluate(target, requests)
+        elapsed = time.perf_counter() - before
+        rows = sum(r.states.shape[0] for r in requests)
+        for index, request, output in zip(order, requests, outputs):
+            clock[index][1] += elapsed * request.states.shape[0] / rows
+            loop = active.pop(index)[0]
+            resume(index, loop, output)
+    return [done[i] for i in range(len(done))]
+
+
+def evaluate(target: Any, requests: list[Pass]) -> list[Any]:
+    """The passes' outputs, in order: a single pass is its session's own `forward` (so a batch of one
+    is exactly the unbatched decode), several go through the target's `forward_many`."""
+    if len(requests) == 1 or not hasattr(target, "forward_many"):
+        outputs = [r.session.forward(r.states) for r in requests]
+    else:
+        outputs = target.forward_many([(r.session, r.states) for r in requests])
+    first = outputs[0]
+    synchronize(first if isinstance(first, Tensor) else first.current)
+    return outputs

@@ -1,0 +1,88 @@
+"""Several generations in one target pass: their rows padded to a common shape, each row masked so
+that it sees exactly what its own generation's pass would show it.
+
+Pure tensor code (no sessions): `harness.targets.target.forward_sessions` gathers each generation's
+rows (`TargetSession.full_tokens`, `causal_inputs`) and hands its slice of the output back.
+
+- Full attention (LLaDA, Dream): every row is prompt + answer canvas, whose length differs by
+  prompt. Rows are padded on the right; a key is valid for every query of its row iff it is not
+  padding, and positions are 0.. for every row, as in the row's own pass.
+- Block-causal (SDAR, LLaDA2, converted): every generation has a stored prefix of C_i keys/values
+  and T_i new tokens (the pending tokens, then the block). The stored prefixes are padded to the
+  longest, the new tokens likewise; row i attends to its own C_i stored keys and, among the new keys,
+  to what its own attention pattern allows; positions are per row. A padded query reads one valid key
+  (no row of the softmax is all masked) and its output is discarded.
+
+Padding changes the shapes the kernels run on, so in float32 a row's logits may differ in the last
+bits from its pass alone; exactness mode (`DLMTarget.exact`) never pads: it evaluates every row of
+every generation alone (`forward_sessions`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+KV = tuple[Tensor, Tensor]
+
+
+def pad_full(rows: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
+    """Full-attention rows [n_i, L_i] of several generations -> tokens [N, L] and attend [N, 1, 1, L]."""
+    length = max(r.shape[1] for r in rows)
+    total = sum(r.shape[0] for r in rows)
+    device = rows[0].device
+    tokens = torch.full((total, length), pad_id, dtype=torch.long, device=device)
+    valid = torch.zeros((total, length), dtype=torch.bool, device=device)
+    start = 0
+    for r in rows:
+        tokens[start : start + r.shape[0], : r.shape[1]] = r
+        valid[start : start + r.shape[0], : r.shape[1]] = True
+        start += r.shape[0]
+    return tokens, valid[:, None, None, :]
+
+
+def pad_block_causal(
+    inputs: list[tuple[Tensor, Tensor, Tensor, Tensor | None]], caches: list[list[KV] | None], pad_id: int
+) -> tuple[Tensor, Tensor, Tensor, list[KV] | None, Tensor | None]:
+    """Block-causal rows of several generations, each (tokens [n_i, T_i], positions [T_i], attend
+    [T_i, C_i + T_i], adapted [n_i, T_i] or None) with its stored prefix (per layer [1, h, C_i, d], or
+    None) -> tokens [N, T], positions [N, T], attend [N, 1, T, C + T], past (per layer [N, h, C, d], or
+    None when no generation has a prefix) and adapted [N, T] (None when no generation has one)."""
+    lengths = [c[0][0].shape[2] if c else 0 for c in caches]
+    stored, new = max(lengths), max(t.shape[1] for t, _, _, _ in inputs)
+    total = sum(t.shape[0] for t, _, _, _ in inputs)
+    device = inputs[0][0].device
+    tokens = torch.full((total, new), pad_id, dtype=torch.long, device=device)
+    positions = torch.zeros((total, new), dtype=torch.long, device=device)
+    attend = torch.zeros((total, 1, new, stored + new), dtype=torch.bool, device=device)
+    with_adapter = any(a is not None for _, _, _, a in inputs)
+    adapted = torch.zeros((total, new), dtype=torch.bool, device=device) if with_adapter else None
+    start = 0
+    for (rows_tokens, rows_positions, rows_attend, rows_adapted), cached in zip(inputs, lengths):
+        n, t = rows_tokens.shape
+        rows = slice(start, start + n)
+        tokens[rows, :t] = rows_tokens
+        positions[rows, :t] = rows_positions
+        positions[rows, t:] = rows_positions[-1] + 1 + torch.arange(new - t, device=device)
+        attend[rows, 0, :t, :cached] = rows_attend[:, :cached]
+        attend[rows, 0, :t, stored : stored + t] = rows_attend[:, cached:]
+        attend[rows, 0, t:, stored] = True  # a padded query reads the row's first new key; its output is dropped
+        if rows_adapted is not None:
+            adapted[rows, :t] = rows_adapted
+        start += n
+    past = None
+    if stored:
+        reference = next(c for c in caches if c)
+        past = []
+        for layer, (k0, v0) in enumerate(reference):
+            k = k0.new_zeros((total, k0.shape[1], stored, k0.shape[3]))
+            v = v0.new_zeros((total, v0.shape[1], stored, v0.shape[3]))
+            start = 0
+            for (rows_tokens, _, _, _), cache, cached in zip(inputs, caches, lengths):
+                n = rows_tokens.shape[0]
+                if cached:
+                    k[start : start + n, :, :cached] = cache[layer][0]
+                    v[start : start + n, :, :cached] = cache[layer][1]
+                start += n
+            past.append((k, v))
+    return tokens, positions, attend, past, adapted
