@@ -31,3 +31,38 @@ def test_a_diffusion_base_is_refused(tmp_path, capsys) -> None:
     recipe.write_text(RECIPE.replace("smollm2", "sdar-a"))
     assert main(["convert", str(recipe), "--out", str(tmp_path / "out")]) == 2
     assert "not an autoregressive target" in capsys.readouterr().err
+
+
+def _tiny_conversion(folder) -> None:
+    import torch
+
+    from harness.targets import adapter
+    from harness.targets.ar import tiny_random_ar
+    from harness.targets.converted import convert, save_converted
+
+    base = tiny_random_ar(1)
+    target = convert(base, mask_id=5, rank=4, alpha=8.0)
+    generator = torch.Generator().manual_seed(0)
+    for parameter in adapter.lora_state(target.model).values():
+        parameter.data = torch.randn(parameter.shape, generator=generator) * 0.2
+    save_converted(target, folder, {"base": "tiny-random-ar:1", "base_hash": adapter.weights_hash(base.model),
+                                    "rank": 4, "alpha": 8.0})
+
+
+@pytest.mark.parametrize("temperature", ["0", "1"])
+def test_a_converted_folder_decodes_losslessly_through_the_cli(tmp_path, capsys, temperature: str) -> None:
+    _tiny_conversion(tmp_path / "conv")
+    args = ["decode", "--model", str(tmp_path / "conv"), "--prompt", "abc", "--proposer", "confidence",
+            "--budget", "4", "--gen-length", "10", "--block-length", "4", "--temperature", temperature]
+    assert main(args) == 0
+    assert "lossless: exact" in capsys.readouterr().out
+
+
+def test_target_describes_a_converted_folder_and_a_broken_one_is_one_line(tmp_path, capsys) -> None:
+    _tiny_conversion(tmp_path / "conv")
+    assert main(["target", str(tmp_path / "conv")]) == 0
+    assert "converted" in capsys.readouterr().out
+    (tmp_path / "conv" / "adapter.safetensors").write_bytes(b"not safetensors")
+    assert main(["target", str(tmp_path / "conv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "adapter.safetensors" in err and len(err.splitlines()) == 1
