@@ -26,6 +26,8 @@ def test_zoo_model_loads_and_matches_its_recipe(name: str) -> None:
     assert entry.parameters == sum(p.numel() for p in target.model.parameters())
     if isinstance(target, ARTarget):  # a causal LM: no commit-rule family, no mask token
         assert recipe["family"] == entry.family == "ar"
+    elif entry.family == "converted":  # a delta over an AR base: its mask id is the recipe's, not the tokenizer's
+        assert target.family.name == "converted" and target.mask_id == recipe["mask_id"]
     else:
         assert target.family.name == recipe["family"] == entry.family
         assert target.tokenizer.mask_token_id == target.mask_id
