@@ -34,9 +34,10 @@ MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safe
                "pytorch_model*.bin", "pytorch_model*.bin.index.json",
                "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                "vocab.json", "merges.txt", "tokenizer.model", "spiece.model", "chat_template.jinja",
-               "chat_template.json")
-"""The files of a checkpoint folder that loading reads (config, weights, tokenizer, chat template);
-others (a README, a training report, an `original/` copy of the weights) change no result."""
+               "chat_template.json", "converted.json")
+"""The files of a checkpoint folder that loading reads (config, weights, tokenizer, chat template, a
+converted target's record, which names its base and that base's hash); others (a README, a training
+report, an `original/` copy of the weights) change no result."""
 
 
 def run_inputs(suite: Suite) -> dict[str, dict[str, str]]:
