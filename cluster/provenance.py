@@ -49,6 +49,10 @@ def run_inputs(suite: Suite) -> dict[str, dict[str, str]]:
         files = model_files(name)
         if files:
             checkpoints[name] = files_sha256(files)
+        base = converted_base(name)
+        base_files = model_files(base) if base is not None else []
+        if base_files:  # a converted target is a delta: its base's weights are an input too
+            checkpoints[f"{name} base {base}"] = files_sha256(base_files)
     for spec in suite.proposers:
         files = proposer_files(spec)
         if files:
@@ -70,6 +74,15 @@ def model_files(name: str) -> list[Path]:
         return [smollm2_file()]
     path = folder_of(name) if is_ar_name(name) else Path(name)
     return [path] if path.is_file() else checkpoint_files(path)
+
+
+def converted_base(name: str) -> str | None:
+    """The base a converted target is a delta over (None for any other target)."""
+    from harness.targets.converted import is_converted, read_meta
+    from harness.targets.zoo import model_dir, zoo_names
+
+    folder = model_dir(name) if name in zoo_names() else Path(name)
+    return read_meta(folder)["base"] if is_converted(folder) else None
 
 
 def checkpoint_files(folder: Path) -> list[Path]:

@@ -66,3 +66,13 @@ def test_target_describes_a_converted_folder_and_a_broken_one_is_one_line(tmp_pa
     assert main(["target", str(tmp_path / "conv")]) == 2
     err = capsys.readouterr().err.strip()
     assert "adapter.safetensors" in err and len(err.splitlines()) == 1
+
+
+def test_a_converted_targets_inputs_hash_its_delta_and_its_base(tmp_path) -> None:
+    from cluster.provenance import run_inputs
+    from cluster.suite import Suite
+
+    _tiny_conversion(tmp_path / "conv")
+    checkpoints = run_inputs(Suite(models=[str(tmp_path / "conv")], proposers=["confidence"]))["checkpoints"]
+    assert str(tmp_path / "conv") in checkpoints  # adapter.safetensors and converted.json
+    assert f"{tmp_path / 'conv'} base tiny-random-ar:1" not in checkpoints  # a base built in code has no files
