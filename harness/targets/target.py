@@ -284,35 +284,56 @@ def forward_sessions(passes: Sequence[tuple[TargetSession, Tensor]]) -> list[Blo
     In exactness mode (`DLMTarget.rowwise`) every row of every generation is evaluated alone, with
     the kernels and shapes of its batch-1 pass, so its logits are its batch-1 logits bit for bit.
     Otherwise the rows of all generations go through the model together, padded to a common shape
-    (`harness.targets.batching`); a single generation takes its own pass unpadded."""
+    (`harness.targets.batching`); block-causal generations are grouped by their number of new tokens
+    (the block, after a finished block or the prompt's whole blocks at a block's first pass), so the
+    block passes of most generations are not padded to the length of a few KV-store passes. A
+    generation alone in its group takes its own pass, unpadded."""
     sessions = [session for session, _ in passes]
     if len({id(s.target) for s in sessions}) > 1:
         raise ValueError("a batched pass evaluates generations of one target")
     states = [session.admit(s) for session, s in passes]
+    target = sessions[0].target
     with torch.inference_mode():
-        target = sessions[0].target
         if target.rowwise or len(passes) == 1:
             return [session._evaluate(s) for session, s in zip(sessions, states)]
-        counts = [s.shape[0] for s in states]
-        if target.family.attention == "block_causal":
-            inputs = [session.causal_inputs(s) for session, s in zip(sessions, states)]
-            tokens, positions, attend, past, adapted = pad_block_causal(
-                inputs, [session.cached for session in sessions], target.mask_id)
-            logits, new_kv = target.model(tokens, positions, attend, past, adapted)
-            out, start = [], 0
-            for session, (rows, _, _, _), n in zip(sessions, inputs, counts):
-                t, part = rows.shape[1], slice(start, start + n)
-                out.append(session.causal_logits(logits[part, :t], [(k[part, :, :t], v[part, :, :t]) for k, v in new_kv]))
-                start += n
-            return out
-        rows = [session.full_tokens(s) for session, s in zip(sessions, states)]
-        tokens, attend = pad_full(rows, target.mask_id)
-        logits, _ = target.model(tokens, torch.arange(tokens.shape[1], device=tokens.device), attend)
-        out, start = [], 0
-        for session, r in zip(sessions, rows):
-            out.append(session.full_logits(logits[start : start + r.shape[0], : r.shape[1]]))
-            start += r.shape[0]
+        if target.family.attention != "block_causal":
+            return _full_together(target, sessions, states)
+        inputs = [session.causal_inputs(s) for session, s in zip(sessions, states)]
+        groups: dict[int, list[int]] = {}
+        for index, (tokens, _, _, _) in enumerate(inputs):
+            groups.setdefault(tokens.shape[1], []).append(index)
+        out: list[BlockLogits | None] = [None] * len(passes)
+        for members in groups.values():
+            for index, logits in zip(members, _causal_together(target, [sessions[i] for i in members],
+                                                               [inputs[i] for i in members])):
+                out[index] = logits
         return out
+
+
+def _full_together(target: DLMTarget, sessions: list[TargetSession], states: list[Tensor]) -> list[BlockLogits]:
+    rows = [session.full_tokens(s) for session, s in zip(sessions, states)]
+    tokens, attend = pad_full(rows, target.mask_id)
+    logits, _ = target.model(tokens, torch.arange(tokens.shape[1], device=tokens.device), attend)
+    out, start = [], 0
+    for session, r in zip(sessions, rows):
+        out.append(session.full_logits(logits[start : start + r.shape[0], : r.shape[1]]))
+        start += r.shape[0]
+    return out
+
+
+def _causal_together(target: DLMTarget, sessions: list[TargetSession],
+                     inputs: list[tuple[Tensor, Tensor, Tensor, Tensor | None]]) -> list[BlockLogits]:
+    if len(sessions) == 1:
+        tokens, positions, attend, adapted = inputs[0]
+        return [sessions[0].causal_logits(*target.model(tokens, positions, attend, sessions[0].cached, adapted))]
+    tokens, positions, attend, past, adapted = pad_block_causal(inputs, [s.cached for s in sessions], target.mask_id)
+    logits, new_kv = target.model(tokens, positions, attend, past, adapted)
+    out, start = [], 0
+    for session, (rows, _, _, _) in zip(sessions, inputs):
+        t, part = rows.shape[1], slice(start, start + rows.shape[0])
+        out.append(session.causal_logits(logits[part, :t], [(k[part, :, :t], v[part, :, :t]) for k, v in new_kv]))
+        start += rows.shape[0]
+    return out
 
 
 def check_geometry(family: FamilySpec, gen_length: int, block_length: int) -> None:
