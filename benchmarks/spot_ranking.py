@@ -18,9 +18,9 @@ import argparse
 import torch
 
 from harness.targets.registry import load_target
+from proposers.spot.collection import Views, collect
 from proposers.spot.features import MASKED
 from proposers.spot.network import SpotConfig, SpotNet, load_spot
-from proposers.spot.collection import Views, collect
 from tasks.base import prompt_ids
 from tasks.registry import get_task
 

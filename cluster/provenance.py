@@ -91,8 +91,8 @@ def checkpoint_files(folder: Path) -> list[Path]:
 
 def proposer_files(spec: str) -> list[Path]:
     """Every file of the checkpoint folder a proposer spec reads (none for training-free proposers)."""
-    from proposers import registry
     from harness.targets.zoo import ZOO_DIR
+    from proposers import registry
 
     name, _, argument = spec.partition(":")
     if name == "spot":

@@ -23,8 +23,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
-
 from harness.decoding import DecodeConfig, Generation, Proposer
 from harness.decoding.generation import synchronize
 from harness.decoding.replay import replay

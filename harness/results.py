@@ -41,8 +41,20 @@ import pyarrow as pa
 
 from harness import configs, store
 from harness.errors import UserError
-from harness.schema import (AUTO, GROUP_FIELDS, KEY_FIELDS, ROW_SCHEMA, SCHEMA_VERSION,  # noqa: F401 (re-exported)
-                            STATUSES, SUMMARY_METADATA, Row, arrow_schema, group_id, group_label, part_name)
+from harness.schema import (  # noqa: F401 (re-exported)
+    AUTO,
+    GROUP_FIELDS,
+    KEY_FIELDS,
+    ROW_SCHEMA,
+    SCHEMA_VERSION,
+    STATUSES,
+    SUMMARY_METADATA,
+    Row,
+    arrow_schema,
+    group_id,
+    group_label,
+    part_name,
+)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

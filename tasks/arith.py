@@ -11,9 +11,10 @@ dozen tokens, to train and test tiny models; the default task, since it needs no
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Callable
+from typing import Any
 
 from tasks.base import Sample, SelfCheck, render, self_check
 from tasks.gsm8k import INSTRUCTION, format_example, score_numbers

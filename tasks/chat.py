@@ -72,7 +72,7 @@ class Chat:
         messages.append({"role": "user", "content": user_text})
         try:
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        except Exception as error:  # jinja2 raises many types (syntax, undefined, raise_exception)
+        except Exception as error:  # noqa: BLE001 - jinja2 raises many types (syntax, undefined, raise_exception)
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UserError(f"the tokenizer's chat template failed to render ({type(error).__name__}: {first}); "
                             "fix chat_template in tokenizer_config.json or use --no-chat-template") from None

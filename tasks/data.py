@@ -23,9 +23,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from harness.errors import UserError
-
 import tasks
+from harness.errors import UserError
 
 DATA_ENV = "SPOTBENCH_DATA_DIR"
 HUB_HOST = "huggingface.co"

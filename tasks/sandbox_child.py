@@ -288,7 +288,7 @@ class Remote:
     """An object that stays in the program: calls and attribute access run there. Here it equals
     only itself, hashes by identity and has no truth value, so it never stands in for a value."""
 
-    __slots__ = ("_ref", "_channel")
+    __slots__ = ("_channel", "_ref")
 
     def __init__(self, ref: int, channel: "Channel") -> None:
         object.__setattr__(self, "_ref", ref)

@@ -161,7 +161,7 @@ def _weight_files(folder: Path) -> tuple[dict[str, Path], Path]:
     As transformers does, a single `model.safetensors` wins over an index."""
     single = folder / SINGLE
     if single.is_file():
-        return {name: single for name in _tensor_names(single)}, single
+        return dict.fromkeys(_tensor_names(single), single), single
     index_path = folder / INDEX
     if not index_path.is_file():
         raise UserError(f"{folder}: no {SINGLE} or {INDEX} (only safetensors checkpoints are supported)")
@@ -275,15 +275,16 @@ def _load_tokenizer(folder: Path, family: str) -> Any:
         return AutoTokenizer.from_pretrained(
             str(folder), local_files_only=True, config=PretrainedConfig(), trust_remote_code=False
         )
-    except Exception as error:  # transformers raises many types for an unusable folder
+    except Exception as error:  # noqa: BLE001 - transformers raises many types for an unusable folder
+        problem: Exception = error
         try:
             if (folder / "tokenizer.json").is_file():
                 return PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
             if family == "dream" and (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
                 return Qwen2Tokenizer.from_pretrained(str(folder), local_files_only=True)
-        except Exception as fallback:  # the tokenizers library raises a bare Exception for a file it cannot parse
-            error = fallback
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        except Exception as fallback:  # noqa: BLE001 - the tokenizers library raises a bare Exception
+            problem = fallback
+        first_line = (str(problem).strip().splitlines() or [type(problem).__name__])[0]
         raise UserError(f"{folder}: no loadable tokenizer files ({first_line}); fix or remove the tokenizer "
                         "files (without any, the folder decodes token ids)") from None
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch

@@ -24,8 +24,8 @@ from harness.targets.families import family
 from harness.targets.model import DLMTransformer, ModelConfig, MoEConfig
 from harness.targets.target import DLMTarget
 from harness.training.ar_objective import AR_FAMILY, ar_loss, ar_model, save_ar_model
-from harness.training.objective import Example, build_batch, diffusion_loss
 from harness.training.loop import load_state, next_batch, optimizer_step, save_state, warmup_cosine
+from harness.training.objective import Example, build_batch, diffusion_loss
 from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text, options_of
 
 STATE_FILE = "train_state.pt"

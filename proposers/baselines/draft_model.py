@@ -27,8 +27,17 @@ from harness.decoding import DraftTree, Transition
 from harness.decoding.ar_rejection import DraftChain, target_distribution
 from harness.decoding.autoregressive import ARDraftRequest, DraftForwards, target_token
 from harness.errors import UserError
-from harness.targets.ar import (SMOLLM2, TINY_AR, ARTarget, check_ar_name, folder_of, gguf_location, is_ar_name,
-                                load_ar_target, smollm2_file)
+from harness.targets.ar import (
+    SMOLLM2,
+    TINY_AR,
+    ARTarget,
+    check_ar_name,
+    folder_of,
+    gguf_location,
+    is_ar_name,
+    load_ar_target,
+    smollm2_file,
+)
 from harness.targets.tiny import byte_tokenizer
 
 

@@ -35,8 +35,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from harness.decoding import DecodeConfig, DraftNode, DraftRequest, DraftTree, Generation, NoiseSource, Rule
-from harness.decoding import Transition, plain_decode
+from harness.decoding import (
+    DecodeConfig,
+    DraftNode,
+    DraftRequest,
+    DraftTree,
+    Generation,
+    NoiseSource,
+    Rule,
+    Transition,
+    plain_decode,
+)
 from harness.targets.target import DLMTarget
 
 Element = tuple[int, int]

@@ -11,8 +11,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.recipes import load_recipe
-from harness.validation import (Count, Fraction, NonNegative, NonNegativeInt, Positive, Seed, Text, accepts, listed,
-                                options_of)
+from harness.validation import (
+    Count,
+    Fraction,
+    NonNegative,
+    NonNegativeInt,
+    Positive,
+    Seed,
+    Text,
+    accepts,
+    listed,
+    options_of,
+)
 from proposers.spot.network import SpotConfig
 
 

@@ -23,8 +23,8 @@ from torch import Tensor
 
 from harness.decoding import DecodeConfig, NoiseSource, Rule, parse_rule, plain_decode
 from harness.targets.target import DLMTarget
-from proposers.spot.features import NEITHER, RUNNER_UP, TOP, StaleView, candidates, root_ages, static_features
 from proposers.spot.collection import CHUNK, ChunkMap, Job, cat_views, collect_in_chunks
+from proposers.spot.features import NEITHER, RUNNER_UP, TOP, StaleView, candidates, root_ages, static_features
 from proposers.spot_sets.tree import commit_set
 
 NOT_COMMITTED = -1

@@ -24,16 +24,36 @@ from harness.recipes import load_recipe
 from harness.results import git_revision
 from harness.targets.target import DLMTarget
 from harness.training.loop import optimizer_step, save_state, warmup_cosine
-from harness.validation import (Count, Fraction, NonNegative, NonNegativeInt, Positive, Seed, Text, accepts, listed,
-                                options_of)
-from proposers.spot.features import CONFIDENCE, LOG_ODDS, MASKED, TOP
-from proposers.spot.network import SpotConfig
-from proposers.spot.network import CONFIG_FILE as SPOT_CONFIG_FILE
+from harness.validation import (
+    Count,
+    Fraction,
+    NonNegative,
+    NonNegativeInt,
+    Positive,
+    Seed,
+    Text,
+    accepts,
+    listed,
+    options_of,
+)
 from proposers.spot.collection import ChunkMap, Job, collected, held_out
-from proposers.spot_sets.network import (CONFIG_FILE, MAX_TAU, Calibration, SpotSetsNet, load_spot_sets, predict,
-                                 read_meta, rule_inputs, save_spot_sets, threshold_tau)
-from proposers.spot_sets.collection import SetViews, collect_all
+from proposers.spot.features import CONFIDENCE, LOG_ODDS, MASKED, TOP
+from proposers.spot.network import CONFIG_FILE as SPOT_CONFIG_FILE
+from proposers.spot.network import SpotConfig
 from proposers.spot.training import checkpoint_at, examples_where, resumed
+from proposers.spot_sets.collection import SetViews, collect_all
+from proposers.spot_sets.network import (
+    CONFIG_FILE,
+    MAX_TAU,
+    Calibration,
+    SpotSetsNet,
+    load_spot_sets,
+    predict,
+    read_meta,
+    rule_inputs,
+    save_spot_sets,
+    threshold_tau,
+)
 
 STATE_FILE = "train_state.pt"
 EVAL_EXAMPLES = 20000

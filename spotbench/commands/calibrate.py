@@ -67,12 +67,18 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.results import git_revision
     from harness.targets.registry import check_lengths_for, load_target, target_kind
-    from proposers.registry import PROPOSERS, parse_proposer, spot_sets_folder
-    from proposers.spot_sets.network import (CALIBRATION_FILE, CONFIG_FILE, WEIGHTS_FILE, load_spot_sets, read_meta,
-                                     threshold_tau)
-    from proposers.spot_sets.collection import SetViews, collect_all
     from harness.training.loop import save_state
+    from proposers.registry import PROPOSERS, parse_proposer, spot_sets_folder
     from proposers.spot.collection import DATA_FILE
+    from proposers.spot_sets.collection import SetViews, collect_all
+    from proposers.spot_sets.network import (
+        CALIBRATION_FILE,
+        CONFIG_FILE,
+        WEIGHTS_FILE,
+        load_spot_sets,
+        read_meta,
+        threshold_tau,
+    )
     from proposers.spot_sets.training import evaluate, fit_calibration
     from spotbench.commands.calibrate_spiffy import calibration_set, load_prompts, temperatures
 

@@ -66,13 +66,12 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from cluster.suite import build_suite
-    from tasks.chat import Chat, check_token_id_prompts
     from harness.lossless import near_tie_tolerance
     from harness.pipeline import Group, decode_text, evaluate_group
     from harness.targets.registry import load_target
     from harness.validation import NonNegative, check_value
     from proposers import arms, build_proposer
-
+    from tasks.chat import Chat, check_token_id_prompts
     from tasks.prompt_ids import check_in_vocabulary, parse_ids, read_ids_file
 
     if args.prompt_ids is not None:

@@ -18,9 +18,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tasks.chat import Chat
     from harness.targets.registry import load_target
     from harness.validation import NonNegativeInt, check_value
+    from tasks.chat import Chat
 
     ids = {key: None if getattr(args, key) is None else check_value(NonNegativeInt, getattr(args, key), flag)
            for key, flag in (("mask_id", "--mask-id"), ("eos_id", "--eos-id"))}

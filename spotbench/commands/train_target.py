@@ -26,8 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_tokenizer(args: argparse.Namespace) -> int:
-    from tasks.registry import train_pairs
     from harness.training.tokenizer import train_bpe_tokenizer
+    from tasks.registry import train_pairs
 
     pairs = train_pairs(args.tasks.split(","))
     tokenizer = train_bpe_tokenizer((prompt + answer for prompt, answer in pairs), args.vocab_size)
@@ -42,8 +42,8 @@ def run_target(args: argparse.Namespace) -> int:
     from harness.errors import UserError
     from harness.recipes import load_recipe
     from harness.training.corpus import encode_examples
-    from tasks.registry import train_pairs
     from harness.training.train_target import Recipe, train
+    from tasks.registry import train_pairs
 
     recipe = load_recipe(Recipe, args.recipe, {"steps": args.steps})
     tokenizer_dir = Path(recipe.tokenizer)

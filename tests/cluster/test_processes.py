@@ -1,4 +1,5 @@
 import pytest
+
 """The runner as a separate process: a killed driver, and a Ray head given by --address.
 
 Every Ray instance here belongs to a process group this test starts, and the group is killed at the

@@ -20,7 +20,6 @@ from harness.report import render_report
 from harness.results import ROW_SCHEMA, Row, RunDir
 from harness.summary import summarize
 from harness.targets.registry import load_target
-from proposers import build_proposer
 from proposers.baselines.prompt_lookup import PromptLookupProposer
 from tasks.registry import get_task
 
@@ -58,7 +57,7 @@ def test_draft_forwards_on_the_target_count_as_target_forwards() -> None:
 def rejection_rows() -> tuple[dict, ...]:
     evaluator = Evaluator(SUITE)
     return tuple(dataclasses.asdict(row) for sample in get_task("arith").load("test", limit=2)
-                 for group in evaluator.evaluate(Unit("tiny-random-ar", "arith", sample, SUITE.groups("tiny-random-ar")))
+                 for group in evaluator.evaluate(Unit("tiny-random-ar", "arith", (sample,), SUITE.groups("tiny-random-ar")))
                  for row in group)
 
 

@@ -6,9 +6,9 @@ import pytest
 
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
-from spotbench.cli import main
 from harness.gate import Check, Thresholds, gate, render, wilson_interval
 from harness.results import Row, RunDir, group_id
+from spotbench.cli import main
 from tasks.registry import get_task
 
 SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence",), limit=4, temperatures=(0.0,),
@@ -19,7 +19,7 @@ SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence",), limit=4, 
 def rows() -> list[dict]:
     evaluator = Evaluator(SUITE)
     samples = get_task("arith").load("test", limit=4)
-    return [dataclasses.asdict(r) for s in samples for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", s, SUITE.groups()))
+    return [dataclasses.asdict(r) for s in samples for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), SUITE.groups()))
             for r in g]
 
 

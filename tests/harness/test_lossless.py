@@ -9,8 +9,17 @@ import functools
 import pytest
 import torch
 
-from harness.decoding import DecodeConfig, DraftTree, Generation, NoiseSource, Transition, parse_rule
-from harness.decoding import plain_decode, speculative, speculative_decode
+from harness.decoding import (
+    DecodeConfig,
+    DraftTree,
+    Generation,
+    NoiseSource,
+    Transition,
+    parse_rule,
+    plain_decode,
+    speculative,
+    speculative_decode,
+)
 from harness.decoding.tree import PreparedTree
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_target

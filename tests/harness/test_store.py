@@ -3,7 +3,6 @@
 Each damage test starts from a copy of one clean complete run; the clean copy verifies (exit 0), so
 a check that flags everything would fail the control, and one that flags nothing fails the rest."""
 
-import dataclasses
 import hashlib
 import json
 import shutil
@@ -15,8 +14,8 @@ import pytest
 
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
-from harness.errors import UserError
 from harness import store
+from harness.errors import UserError
 from harness.results import ROW_SCHEMA, SCHEMA_VERSION, RunDir
 from harness.store import INDEX_FILE, read_parquet, run_digest, sha256_file
 from spotbench.cli import main
@@ -30,7 +29,7 @@ def _write(path, samples) -> RunDir:
     run = RunDir.open(path, SUITE.config(), [0], split_sizes={"arith": len(get_task("arith").load("test"))})
     evaluator = Evaluator(SUITE)
     for sample in samples:
-        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", sample, SUITE.groups())):
+        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), SUITE.groups())):
             run.write_group(rows)
     run.write_summary()
     run.end_session("complete")
@@ -66,7 +65,7 @@ def flip_bit(path) -> None:
         path.write_bytes(bytes(data))
         try:
             read_parquet(path)
-        except Exception as error:  # pyarrow raises several types for damaged bytes
+        except Exception as error:  # noqa: BLE001 - pyarrow raises several types for damaged bytes
             if "CRC" in str(error):
                 return
     raise AssertionError("no column chunk's last byte is covered by a page checksum")

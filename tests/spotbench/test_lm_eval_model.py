@@ -67,8 +67,9 @@ def test_gsm8k_through_lm_eval_is_checked_and_logged(tmp_path, monkeypatch) -> N
 @pytest.mark.slow  # a GSM8K prompt decoded twice
 def test_a_corrupted_verifier_is_caught(monkeypatch) -> None:
     """Negative control: a speculative loop that commits one wrong token is reported, not scored as lossless."""
-    import harness.pipeline as pipeline
     from lm_eval.api.instance import Instance
+
+    import harness.pipeline as pipeline
 
     honest = pipeline.speculative_decode
 

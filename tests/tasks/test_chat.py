@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from cluster.suite import Suite, build_suite
-from tasks.chat import Chat
 from harness.errors import UserError
 from harness.targets.registry import load_target
 from harness.targets.zoo import model_dir
 from spotbench.cli import main
 from tasks.base import prompt_ids
+from tasks.chat import Chat
 from tasks.registry import get_task
 
 TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"

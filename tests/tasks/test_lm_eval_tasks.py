@@ -4,10 +4,10 @@ data as spotbench's tasks do ($SPOTBENCH_DATA_DIR), from any working directory."
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from tasks.lm_eval import TASKS_DIR, with_tasks
 

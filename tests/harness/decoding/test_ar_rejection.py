@@ -12,8 +12,17 @@ import torch
 from scipy.stats import chisquare
 
 from harness.decoding import ar_rejection
-from harness.decoding.ar_rejection import (ACCEPT_STREAM, DRAFT_STREAM, DraftChain, StreamNoise, acceptance_uniform,
-                                           accepts, ar_rejection_decode, residual_token, target_distribution)
+from harness.decoding.ar_rejection import (
+    ACCEPT_STREAM,
+    DRAFT_STREAM,
+    DraftChain,
+    StreamNoise,
+    acceptance_uniform,
+    accepts,
+    ar_rejection_decode,
+    residual_token,
+    target_distribution,
+)
 from harness.decoding.autoregressive import ARConfig, ARDraftRequest, ar_plain_decode
 from harness.targets.ar import ARTarget
 

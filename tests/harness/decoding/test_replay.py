@@ -10,8 +10,8 @@ import torch
 
 from harness.decoding import DecodeConfig, DraftTree, parse_rule, plain_decode, speculative_decode
 from harness.decoding.replay import replay
-from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
 from harness.decoding.rules import Transition
+from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
 from harness.targets.registry import load_target
 from harness.targets.target import DLMTarget
 from proposers import build_proposer

@@ -9,11 +9,10 @@ import itertools
 import pytest
 import torch
 from hypothesis import given, settings
-from hypothesis import target as target_score
 from hypothesis import strategies as st
+from hypothesis import target as target_score
 
-from harness.decoding import DecodeConfig, DraftTree, Generation, gumbel, parse_rule
-from harness.decoding import plain_decode, speculative_decode
+from harness.decoding import DecodeConfig, DraftTree, Generation, gumbel, parse_rule, plain_decode, speculative_decode
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_target
 from harness.targets.target import DLMTarget

@@ -11,11 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from spotbench.cli import main
 from harness.errors import UserError
 from harness.targets.checkpoint import load_checkpoint, save_checkpoint
 from harness.targets.formats import FORMATS
 from harness.targets.registry import load_target
+from spotbench.cli import main
 
 FAMILIES = ["llada", "dream", "sdar", "llada2"]
 IDS = [72, 105, 33, 258, 258, 258, 258, 10, 258, 258, 44, 258]

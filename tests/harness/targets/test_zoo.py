@@ -5,10 +5,10 @@ import json
 import pytest
 import yaml
 
-from spotbench.cli import main
 from harness.targets.ar import ARTarget
 from harness.targets.registry import load_target
 from harness.targets.zoo import PROJECT_ROOT, zoo_entry, zoo_names
+from spotbench.cli import main
 
 MAX_BYTES = 20 * 2**20
 

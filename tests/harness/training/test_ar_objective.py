@@ -4,7 +4,6 @@ trained folder is an AR target that `load_target` reads and decodes."""
 import dataclasses
 
 import pytest
-import torch
 
 from harness.errors import UserError
 from harness.targets.ar import ARTarget

@@ -11,8 +11,15 @@ import torch
 from harness.errors import UserError
 from harness.targets import adapter
 from harness.targets.ar import tiny_random_ar
-from harness.targets.converted import CONVERTED_FILE, convert, from_causal_lm, load_converted, model_config, save_converted
-from harness.training.convert import ConvertRecipe, Sequence, diffusion_loss, layout, train_conversion
+from harness.targets.converted import (
+    CONVERTED_FILE,
+    convert,
+    from_causal_lm,
+    load_converted,
+    model_config,
+    save_converted,
+)
+from harness.training.convert import ConvertRecipe, Sequence, layout, train_conversion
 
 PROMPT = [(37 * i + 11) % 200 + 30 for i in range(11)]
 ANSWER = [(53 * i + 7) % 200 + 30 for i in range(13)]

@@ -5,8 +5,8 @@ import torch
 
 from harness.targets.families import family
 from harness.targets.model import DLMTransformer
-from harness.targets.tiny import tiny_config
 from harness.targets.target import DLMTarget
+from harness.targets.tiny import tiny_config
 from harness.training.objective import Example, layout_batch
 
 MASK, PAD, EOS = 258, 256, 257

@@ -10,8 +10,8 @@ from safetensors.torch import load_file
 from harness.errors import UserError
 from harness.targets.registry import load_target
 from harness.targets.tiny import byte_tokenizer
-from harness.training.train_target import Recipe, train
 from harness.training.objective import Example
+from harness.training.train_target import Recipe, train
 
 RECIPE = Recipe(
     name="micro", family="sdar", tasks=[], seed=3, block_length=8, answer_length=16, steps=6,

@@ -7,8 +7,7 @@ import functools
 import pytest
 import torch
 
-from harness.decoding import DecodeConfig, DraftRequest, NoiseSource, parse_rule
-from harness.decoding import plain_decode, speculative_decode
+from harness.decoding import DecodeConfig, DraftRequest, NoiseSource, parse_rule, plain_decode, speculative_decode
 from harness.errors import UserError
 from harness.targets.registry import load_target
 from harness.targets.target import DLMTarget

@@ -20,7 +20,14 @@ from harness.targets.target import DLMTarget
 from harness.targets.zoo import ZOO_DIR
 from proposers import build_proposer, check_arm_for_model, check_proposer
 from proposers.baselines.confidence import ConfidenceProposer
-from proposers.spiffy.draft_graph import DraftGraph, SpiffyCalibration, SpiffyProposer, StaleView, calibrate, count_patterns
+from proposers.spiffy.draft_graph import (
+    DraftGraph,
+    SpiffyCalibration,
+    SpiffyProposer,
+    StaleView,
+    calibrate,
+    count_patterns,
+)
 from spotbench.cli import main
 from tasks.base import prompt_ids
 from tasks.registry import get_task

@@ -9,9 +9,9 @@ import torch
 from harness.decoding import DecodeConfig, NoiseSource, parse_rule, plain_decode
 from harness.decoding.rules import candidate_scores
 from harness.targets.registry import load_target
+from proposers.spot.collection import collect
 from proposers.spot.features import MASKED, NEITHER, RUNNER_UP, TOP
 from proposers.spot.network import SpotConfig
-from proposers.spot.collection import collect
 
 PROMPT = list(b"Q: 2+2=?\nA:")
 

@@ -11,8 +11,15 @@ import random
 import pytest
 import torch
 
-from harness.decoding import DecodeConfig, DraftRequest, NoiseSource, parse_rule
-from harness.decoding import plain_decode, prepare, speculative_decode
+from harness.decoding import (
+    DecodeConfig,
+    DraftRequest,
+    NoiseSource,
+    parse_rule,
+    plain_decode,
+    prepare,
+    speculative_decode,
+)
 from harness.decoding.rules import candidate_tokens
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_target
@@ -34,9 +41,9 @@ from proposers.spot.features import (
     root_ages,
     static_features,
 )
+from proposers.spot.kernels import MIN_ROWS, encoder_layers
 from proposers.spot.network import CONFIG_FILE, SpotConfig, SpotEnsemble, SpotNet, load_spot, save_spot, zoo_spot
 from proposers.spot.tree import SpotProposer
-from proposers.spot.kernels import MIN_ROWS, encoder_layers
 
 PROMPTS = [list(b"Q: 2+2=?\nA:"), list(b"The quick brown fox")]
 

@@ -12,8 +12,8 @@ import torch
 
 from harness.targets.registry import load_target
 from harness.validation import read_mapping
-from proposers.spot.network import CONFIG_FILE, WEIGHTS_FILE, SpotConfig, load_spot
 from proposers.spot.collection import DATA_FILE, Views, collect, recipe_jobs
+from proposers.spot.network import CONFIG_FILE, WEIGHTS_FILE, SpotConfig, load_spot
 from proposers.spot.recipe import SpotRecipe
 from proposers.spot.training import train
 from tasks.registry import train_prompts
@@ -238,8 +238,7 @@ def test_distillation_loss_is_the_cross_entropy_from_the_teachers_mixture():
 
 def test_teachers_pull_the_student_towards_their_mixture(tmp_path):
     from harness.errors import UserError
-    from proposers.spot.network import SpotNet, save_spot
-    from proposers.spot.network import SpotEnsemble, joint_logp
+    from proposers.spot.network import SpotEnsemble, SpotNet, joint_logp, save_spot
 
     recipe = tiny_recipe(steps=20, learning_rate=0.01, validation_fraction=0.5)
     target = load_target(recipe.target)

@@ -23,8 +23,7 @@ from harness.targets.families import FAMILIES
 from harness.targets.registry import load_target
 from proposers.spot.features import MASKED, TOP, Candidates, StaleView, candidates, commit, root_ages, static_features
 from proposers.spot.network import SpotConfig, SpotEnsemble, SpotNet, zoo_spot
-from proposers.spot.tree import SpotProposer
-from proposers.spot.tree import grow
+from proposers.spot.tree import SpotProposer, grow
 
 EXPAND = -1
 PERTURBATIONS = ("ties", "truncation", "depth")

@@ -13,8 +13,15 @@ import re
 import pytest
 import torch
 
-from harness.decoding import DecodeConfig, DraftRequest, NoiseSource, parse_rule
-from harness.decoding import plain_decode, prepare, speculative_decode
+from harness.decoding import (
+    DecodeConfig,
+    DraftRequest,
+    NoiseSource,
+    parse_rule,
+    plain_decode,
+    prepare,
+    speculative_decode,
+)
 from harness.errors import UserError
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.pipeline import Arm
@@ -24,8 +31,17 @@ from proposers import build_proposer, check_arm_for_model, check_proposer
 from proposers.baselines.confidence import ConfidenceProposer
 from proposers.spot.features import TOP
 from proposers.spot.network import SpotConfig
-from proposers.spot_sets.network import (CALIBRATION_FILE, Calibration, SpotSetsNet, load_calibration, load_spot_sets,
-                                         read_meta, rule_inputs, save_spot_sets, threshold_tau)
+from proposers.spot_sets.network import (
+    CALIBRATION_FILE,
+    Calibration,
+    SpotSetsNet,
+    load_calibration,
+    load_spot_sets,
+    read_meta,
+    rule_inputs,
+    save_spot_sets,
+    threshold_tau,
+)
 from proposers.spot_sets.tree import OUT, Children, SpotSetsProposer, grow
 from spotbench.cli import main
 

@@ -14,11 +14,11 @@ from harness.decoding.noise import NoiseSource
 from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.targets.registry import load_target
+from proposers.spot.collection import recipe_jobs
 from proposers.spot.features import MASKED
 from proposers.spot.network import SpotConfig, SpotNet, save_spot
-from proposers.spot.collection import recipe_jobs
-from proposers.spot_sets.network import CONFIG_FILE, WEIGHTS_FILE, Calibration, SpotSetsNet, load_spot_sets
 from proposers.spot_sets.collection import NOT_COMMITTED, SetViews, collect
+from proposers.spot_sets.network import CONFIG_FILE, WEIGHTS_FILE, Calibration, SpotSetsNet, load_spot_sets
 from proposers.spot_sets.training import SpotSetsRecipe, evaluate, fit_calibration, train
 from tasks.registry import train_prompts
 

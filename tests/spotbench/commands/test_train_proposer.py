@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from spotbench.cli import main
 from proposers.spot.network import CONFIG_FILE, WEIGHTS_FILE
+from spotbench.cli import main
 
 RECIPE = """name: t
 target: tiny-random:sdar
