@@ -1,9 +1,8 @@
-"""What a worker does with a few prompts: the arm pipeline for each of their pending groups, the
-prompts of a group decoded together (`batch_size` at a time).
+"""What a worker does with one prompt: the arm pipeline for each of its pending groups.
 
 Plain Python (no Ray), so it runs the same in a Ray actor, in `spotbench diagnose` and in a test. An
 `Evaluator` loads each target and task once and keeps them; `evaluate` hands a unit's groups to
-`harness.pipeline.evaluate_groups`, with the proposer registry and the task's scorer. An `auto`
+`harness.pipeline.evaluate_group`, with the proposer registry and the task's scorer. An `auto`
 budget is chosen here, once per worker, on the worker's own hardware.
 """
 
@@ -17,7 +16,7 @@ from typing import Any
 
 from cluster.provenance import measure_load
 from cluster.suite import Suite
-from harness.pipeline import AUTO, Arm, Group, Score, evaluate_groups
+from harness.pipeline import AUTO, Arm, Group, Score, evaluate_group
 from harness.results import Row
 from tasks.base import Sample, prompt_ids
 from tasks.chat import Chat
@@ -32,22 +31,15 @@ CALIBRATION_SEED = 0
 
 @dataclass(frozen=True)
 class Unit:
-    """Prompts of one (model, task) with the groups still to do (the others are on disk), decoded
-    `batch_size` at a time."""
+    """One prompt of one (model, task) with the groups still to do (the others are on disk)."""
 
     model: str
     task: str
-    samples: tuple[Sample, ...]
+    sample: Sample
     groups: tuple[tuple[float, str, int], ...]
     arms: tuple[tuple[str, int], ...] | None = None
     """The (proposer, budget) arms still to do; None: every arm of the suite (a run extended with new
     arms decodes only those for the groups it already has)."""
-    batch_size: int | None = None
-    """None: the suite's first batch size."""
-
-    def describe(self) -> str:
-        ids = ", ".join(s.sample_id for s in self.samples[:3]) + (", ..." if len(self.samples) > 3 else "")
-        return f"{self.model}/{self.task}/{ids}"
 
 
 class Evaluator:
@@ -91,33 +83,30 @@ class Evaluator:
         return self._tasks[name]
 
     def evaluate(self, unit: Unit) -> list[list[Row]]:
-        """The rows of each pending group of the unit, one list per (group, prompt), groups outer: the
-        unit's prompts of each group are decoded together, `batch_size` at a time."""
+        """The rows of each pending group of the unit, one list per group."""
         from harness.lossless import near_tie_tolerance
         from proposers import build_proposer
 
         target, task = self.target(unit.model), self.task(unit.task)
         chat = self.chat(unit.model)
-        ids = [tuple(check_in_vocabulary(prompt_ids(task, s, chat), target.vocab_size)) for s in unit.samples]
-        texts = [task.prompt(s, chat) for s in unit.samples]
+        ids = tuple(check_in_vocabulary(prompt_ids(task, unit.sample, chat), target.vocab_size))
+        text = task.prompt(unit.sample, chat)
         arms = [a for a in self.arms if unit.arms is None or (a.proposer, a.budget) in unit.arms]
-        batch_size = unit.batch_size or self.suite.batch_sizes[0]
 
-        def scorer(sample: Sample) -> Any:
-            def score(completion: str) -> Score:
-                result = task.score([sample], [completion])[0]
-                return Score(bool(result["correct"]), result)
-            return score if getattr(task, "scored", True) else None  # token-id prompts have no reference
+        def score(completion: str) -> Score:
+            result = task.score([unit.sample], [completion])[0]
+            return Score(bool(result["correct"]), result)
+
+        scorer = score if getattr(task, "scored", True) else None  # token-id prompts have no reference
 
         out = []
         for temperature, rule, seed in unit.groups:
-            groups = [Group(unit.model, unit.task, sample.sample_id, prompt, temperature, rule, seed,
-                            self.suite.gen_length, self.suite.block_length, text, sample.reference, chat.label)
-                      for sample, prompt, text in zip(unit.samples, ids, texts)]
+            group = Group(unit.model, unit.task, unit.sample.sample_id, ids, temperature, rule, seed,
+                          self.suite.gen_length, self.suite.block_length, text, unit.sample.reference,
+                          chat.label)
             chosen = [self.chosen(arm, unit, temperature, rule) if arm.budget == AUTO else arm for arm in arms]
-            out += evaluate_groups(target, groups, chosen, build_proposer, [scorer(s) for s in unit.samples],
-                                   self.suite.exact, near_tie_tolerance(target.dtype), self.worker,
-                                   self.suite.ar_sampling, batch_size)
+            out.append(evaluate_group(target, group, chosen, build_proposer, scorer, self.suite.exact,
+                                      near_tie_tolerance(target.dtype), self.worker, self.suite.ar_sampling))
         return out
 
     def chosen(self, arm: Arm, unit: Unit, temperature: float, rule: str) -> Arm:

@@ -41,9 +41,6 @@ from harness.validation import (
 
 # Settings that do not change any result: not part of a run's config (a run may resume with others).
 EXECUTION_FIELDS = ("workers", "gpus_per_worker")
-DEFAULT_BATCH_SIZE = 8
-"""Prompts a worker decodes together by default: on the default job (2 CPU cores) the run's wall time
-falls with the batch up to about 8 (docs/throughput.md, "Batches"); larger batches pad more."""
 
 
 def _rule(text: str) -> str:
@@ -108,10 +105,6 @@ class Suite:
     """Draft budgets; `auto`: each worker measures its pass cost and the proposers' acceptance on
     train-split prompts and takes the fastest budget (`harness.budget`)."""
     seeds: listed(Seed) = (0,)
-    batch_sizes: listed(Count) = (DEFAULT_BATCH_SIZE,)
-    """Prompts a worker decodes together (`harness.decoding.batch.decode_batch`), plain references and
-    arms alike: each prompt's tokens and passes are its batch-1 ones, its wall time its share of the
-    batch's; one group per prompt and batch size, so `[1, 4, 16]` measures throughput by batch size."""
     gen_length: Count = 64
     block_length: Count = 32
     num_fewshot: accepts(int, "a whole number >= 0", optional=True, ge=0) = 0
@@ -157,8 +150,7 @@ class Suite:
         return [(t, r, s) for t in self.temperatures for r in rules for s in self.seeds]
 
 
-FLAGS = {name: "--" + name.replace("_", "-") for name in Suite.__dataclass_fields__} | {
-    "num_fewshot": "--fewshot", "batch_sizes": "--batch-size"}
+FLAGS = {name: "--" + name.replace("_", "-") for name in Suite.__dataclass_fields__} | {"num_fewshot": "--fewshot"}
 """`spotbench run`'s flag for each setting (other commands pass their own names to `build_suite`)."""
 
 

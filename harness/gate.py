@@ -1,6 +1,6 @@
 """The regression gate: compare a run's summary with a baseline's, arm by arm.
 
-An arm is (model, proposer, task, temperature, rule, budget, batch size). It fails when
+An arm is (model, proposer, task, temperature, rule, budget). It fails when
 
 - `exact_rate` < 100%: the lossless claim is the product, so one divergent sample fails the gate
   (exactness does not need a baseline; checked on every arm of the run, over its token-checked rows:
@@ -182,7 +182,7 @@ def gate(run: list[dict[str, Any]], baseline: list[dict[str, Any]], status: str 
 
 def arm_name(row: dict[str, Any]) -> str:
     return (f"{row['model']}/{row['task']} T={row['temperature']:g} {row['rule']} "
-            f"{row['proposer']}@{row['budget']} batch {row['batch_size']}")
+            f"{row['proposer']}@{row['budget']}")
 
 
 def render(checks: list[Check], all_checks: bool = False) -> str:

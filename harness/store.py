@@ -12,7 +12,7 @@ the file itself. `verify` trusts a file only when
   one that group and those arms get (a file of another group under this name, its index line
   updated, is caught by its own rows), and no other file repeats them;
 - its rows are of the manifest's config (models, proposers, tasks, temperatures, rules, budgets,
-  seeds, batch sizes, lengths, precision);
+  seeds, lengths, precision);
 - for a complete run: the manifest records the summary's sha256, the run's size and each task's
   split size; every prompt the config plans (its limit, or the whole split when smaller) has every
   group and arm; the summary's sha256 matches, and the summary equals the one recomputed from the
@@ -30,7 +30,6 @@ records it, and `spotbench gate --baseline-digest` refuses a baseline that is no
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import math
 import os
@@ -280,7 +279,7 @@ def _misfiled(name: str, table: pa.Table, entry: dict[str, Any]) -> str | None:
 
 
 SETTINGS = {"model": "models", "proposer": "proposers", "task": "tasks", "temperature": "temperatures",
-            "rule": "rules", "budget": "budgets", "seed": "seeds", "batch_size": "batch_sizes", "gen_length": "gen_length",
+            "rule": "rules", "budget": "budgets", "seed": "seeds", "gen_length": "gen_length",
             "block_length": "block_length", "exact_mode": "exact", "ar_sampling": "ar_sampling"}
 """Row column -> the config setting it must be one of (a list setting) or equal to (a scalar)."""
 
@@ -380,8 +379,8 @@ def _coverage_problems(manifest: dict[str, Any], result: Verification, rows: pa.
         for sample in sorted(ids):
             for temperature in config.get("temperatures", []):
                 for rule in model_rules:
-                    for seed, batch_size in itertools.product(config.get("seeds", []), config.get("batch_sizes", [])):
-                        key = (model, task, sample, temperature, rule, seed, batch_size)
+                    for seed in config.get("seeds", []):
+                        key = (model, task, sample, temperature, rule, seed)
                         missing = arms - done.get(key, set())
                         if missing:
                             label = group_label(dict(zip(GROUP_FIELDS, key)))

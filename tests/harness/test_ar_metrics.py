@@ -57,7 +57,7 @@ def test_draft_forwards_on_the_target_count_as_target_forwards() -> None:
 def rejection_rows() -> tuple[dict, ...]:
     evaluator = Evaluator(SUITE)
     return tuple(dataclasses.asdict(row) for sample in get_task("arith").load("test", limit=2)
-                 for group in evaluator.evaluate(Unit("tiny-random-ar", "arith", (sample,), SUITE.groups("tiny-random-ar")))
+                 for group in evaluator.evaluate(Unit("tiny-random-ar", "arith", sample, SUITE.groups("tiny-random-ar")))
                  for row in group)
 
 

@@ -19,7 +19,7 @@ SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence",), limit=4, 
 def rows() -> list[dict]:
     evaluator = Evaluator(SUITE)
     samples = get_task("arith").load("test", limit=4)
-    return [dataclasses.asdict(r) for s in samples for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), SUITE.groups()))
+    return [dataclasses.asdict(r) for s in samples for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", s, SUITE.groups()))
             for r in g]
 
 

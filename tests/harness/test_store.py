@@ -29,7 +29,7 @@ def _write(path, samples) -> RunDir:
     run = RunDir.open(path, SUITE.config(), [0], split_sizes={"arith": len(get_task("arith").load("test"))})
     evaluator = Evaluator(SUITE)
     for sample in samples:
-        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), SUITE.groups())):
+        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", sample, SUITE.groups())):
             run.write_group(rows)
     run.write_summary()
     run.end_session("complete")
