@@ -47,7 +47,8 @@ def main() -> int:
     task = get_task("arith", num_fewshot=0)
     samples = task.load("test", limit=args.limit)
     chosen = arms(args.proposers.split(","), [int(b) for b in args.budgets.split(",")])
-    print(f"device {args.device}: {torch.cuda.get_device_name(args.device) if args.device.startswith('cuda') else 'CPU'}, "
+    device = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "CPU"
+    print(f"device {args.device}: {device}, "
           f"torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")
     header = (f"{'target':<8} {'mode':<6} {'T':>3} {'proposer':<11} {'budget':>6} {'exact':>6} {'speedup_nfe':>11} "
               f"{'speedup_wall':>12} {'plain tok/s':>11} {'spec tok/s':>10} {'proposer':>8}")
@@ -70,7 +71,8 @@ def main() -> int:
                         return Score(bool(result["correct"]), result)
 
                     rows += [dataclasses.asdict(r) for r in evaluate_group(
-                        target, group, chosen, build_proposer, score, mode == "exact", near_tie_tolerance(target.dtype))]
+                        target, group, chosen, build_proposer, score, mode == "exact",
+                        near_tie_tolerance(target.dtype))]
             for row in summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist():
                 print(f"{name:<8} {mode:<6} {row['temperature']:>3g} {row['proposer']:<11} {row['budget']:>6} "
                       f"{row['exact_rate']:>6.0%} {row['speedup_nfe']:>10.2f}x {row['speedup_wall']:>11.2f}x "

@@ -101,14 +101,15 @@ def main() -> None:
                 plains = [plain_decode(target, prompt_ids(task, s, target.tokenizer), c, keep_logits=True)
                           for s, c in zip(samples, configs)]
                 plain_nfe = sum(p.metrics.nfe for p in plains)
-                arms = {n: lambda p, n=n: build_proposer(n, target, p) for n in names}
+                arms = {n: lambda p, n=n, target=target: build_proposer(n, target, p) for n in names}
                 arms |= {n: lambda p, net=net: SpotProposer(net) for n, net in nets.items()}
                 replays = {arm: [[replay(p, make(p), c, b) for p, c in zip(plains, configs)] for b in budgets]
                            for arm, make in arms.items()}
                 speedups = {arm: [plain_nfe / sum(r.metrics.nfe for r in runs) for runs in per_budget]
                             for arm, per_budget in replays.items()}
                 draws = resampled_speedups([p.metrics.nfe for p in plains],
-                                           {(arm, b): [r.metrics.nfe for r in runs] for arm, per_budget in replays.items()
+                                           {(arm, b): [r.metrics.nfe for r in runs]
+                                            for arm, per_budget in replays.items()
                                             for b, runs in zip(budgets, per_budget)})
                 baselines = [n for n in BASELINES if n in speedups]
                 for arm, values in speedups.items():

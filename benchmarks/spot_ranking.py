@@ -1,7 +1,7 @@
 """How well a SPOT checkpoint ranks the next commit on each target (a script, not a test).
 
-A minutes-long proxy for a transfer run (`spotbench run --transfer`): plain top1 trajectories of held-out prompts on every
-target (arith train prompts from --start; the zoo SPOT recipes collect arith 0-499, so --start 500
+A minutes-long proxy for a transfer run (`spotbench run --transfer`): plain top1 trajectories of held-out
+prompts on every target (arith train prompts from --start; the zoo SPOT recipes collect arith 0-499, so --start 500
 gives prompts no zoo checkpoint trained on, and the default 300 does not), turned into the same
 examples SPOT trains on, then the next-commit accuracy given the true path (top-1 and top-3) of the
 checkpoint beside the confidence rule's (the rule simulated on the stale view), by temperature and

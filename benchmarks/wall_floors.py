@@ -54,7 +54,8 @@ def floors(arms: dict[tuple[str, int], dict]) -> None:
     print(f"floor SPOT wall >= confidence wall where SPOT saves >= 10% more passes (budgets {saving}): "
           f"{'met' if not beaten else f'not met at budgets {beaten}'}")
     if ("spot", AUTO) in arms:
-        print(f"floor SPOT auto >= 1.4x: {wall['spot', AUTO]:.2f}x, {'met' if wall['spot', AUTO] >= 1.4 else 'not met'}")
+        verdict = "met" if wall["spot", AUTO] >= 1.4 else "not met"
+        print(f"floor SPOT auto >= 1.4x: {wall['spot', AUTO]:.2f}x, {verdict}")
     for proposer in PROPOSERS:
         if (proposer, AUTO) not in arms:
             continue

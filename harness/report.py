@@ -62,8 +62,8 @@ def _header(manifest: dict[str, Any], rows: int) -> str:
     items = [("status", manifest.get("status")), ("rows", rows), ("git", manifest.get("git_revision")),
              ("created", manifest.get("created")), ("schema", manifest.get("schema_version")),
              ("command", " ".join(manifest.get("command") or [])),
-             ("sessions", f"{len(sessions)} ({sum(s.get('worker_deaths', 0) for s in sessions)} worker deaths, "
-                          f"{len(manifest.get('config_history', []))} extensions)"),
+             ("sessions", (f"{len(sessions)} ({sum(s.get('worker_deaths', 0) for s in sessions)} worker deaths, "
+                           f"{len(manifest.get('config_history', []))} extensions)")),
              ("hardware", ", ".join(f"{k}={v}" for k, v in manifest.get("hardware", {}).items())),
              *config.items()]
     cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(_text(v))}</td></tr>" for k, v in items)
@@ -205,8 +205,8 @@ def _auto_table(summary: list[dict]) -> str:
     if not auto:
         return ""
     head = "<tr><th>arm</th><th>chosen budgets</th><th>predicted speedup wall</th><th>measured speedup wall</th></tr>"
-    body = "".join(f"<tr><td>{_e(_arm(r))}</td><td>{', '.join(map(str, r['chosen_budgets']))}</td><td>{_x(r['predicted_speedup_wall'])}</td>"
-                   f"<td>{_x(r['speedup_wall'])}</td></tr>" for r in auto)
+    body = "".join(f"<tr><td>{_e(_arm(r))}</td><td>{', '.join(map(str, r['chosen_budgets']))}</td>"
+                   f"<td>{_x(r['predicted_speedup_wall'])}</td><td>{_x(r['speedup_wall'])}</td></tr>" for r in auto)
     return f"<table>{head}{body}</table>"
 
 
@@ -280,8 +280,8 @@ def _axes(title: str, xlabel: str, ylabel: str, xticks: list, sx, yticks: list[f
              f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - 10}" y2="{H - PAD}" class="axis"/>',
              f'<line x1="{PAD}" y1="20" x2="{PAD}" y2="{H - PAD}" class="axis"/>',
              f'<text x="{W / 2}" y="{H - 8}" class="label" text-anchor="middle">{_e(xlabel)}</text>',
-             f'<text x="11" y="{H / 2}" class="label" text-anchor="middle" '
-             f'transform="rotate(-90 11 {H / 2})">{_e(ylabel)}</text>']
+             (f'<text x="11" y="{H / 2}" class="label" text-anchor="middle" '
+              f'transform="rotate(-90 11 {H / 2})">{_e(ylabel)}</text>')]
     parts += [f'<text x="{PAD - 4}" y="{sy(v) + 3:.1f}" class="tick" text-anchor="end">{v:g}</text>' for v in yticks]
     if sx:
         parts += [f'<text x="{sx(v):.1f}" y="{H - PAD + 12}" class="tick" text-anchor="middle">{v:g}</text>'

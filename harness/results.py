@@ -135,7 +135,8 @@ class RunDir:
             previous = manifest.get("inputs", {})
             run._write_manifest(manifest | {
                 "status": "running", "updated": _now(), "config": config, "seeds": seeds, "config_history": history,
-                "inputs": {kind: previous.get(kind, {}) | (inputs or {}).get(kind, {}) for kind in ("checkpoints", "data")},
+                "inputs": {kind: previous.get(kind, {}) | (inputs or {}).get(kind, {})
+                           for kind in ("checkpoints", "data")},
                 "split_sizes": (manifest.get("split_sizes") or {}) | (split_sizes or {}),
                 "sessions": manifest.get("sessions", []) + [session | {
                     "resumed": True, "extended": {k: list(v) for k, v in extended.items()},

@@ -138,7 +138,8 @@ def strict(kind: Any, base: type) -> Any:
             except TypeError:  # not an integer
                 pass
         name = "an int" if base is int else "a number"
-        raise PydanticCustomError("invalid", "must be {what} (not {kind})", {"what": name, "kind": type(value).__name__})
+        raise PydanticCustomError("invalid", "must be {what} (not {kind})",
+                                  {"what": name, "kind": type(value).__name__})
 
     return Annotated[base, PlainValidator(check)]
 

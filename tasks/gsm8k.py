@@ -71,7 +71,8 @@ class GSM8K:
             for i, row in enumerate(rows)
         ]
         if self.num_fewshot and split == "test":
-            shots = checked_rows(data.load_rows(self.name, SOURCES["train"], data_dir), SOURCES["train"])[: self.num_fewshot]
+            train_rows = checked_rows(data.load_rows(self.name, SOURCES["train"], data_dir), SOURCES["train"])
+            shots = train_rows[: self.num_fewshot]
             context = "".join(format_example(r["question"], r["answer"]) for r in shots)
             turns = tuple((format_example(r["question"]), " " + r["answer"]) for r in shots)
             samples = [Sample(s.sample_id, s.question, s.target, s.reference, {"fewshot": context, "shots": turns})

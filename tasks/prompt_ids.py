@@ -60,7 +60,8 @@ def read_ids_file(path: Path) -> list[list[int]]:
         try:
             value = json.loads(line)
         except json.JSONDecodeError:
-            raise UserError(f"{path}:{number}: not JSON; each line must be a list of token ids like [1, 2, 3]") from None
+            raise UserError(f"{path}:{number}: not JSON; each line must be a list of token ids like "
+                            "[1, 2, 3]") from None
         prompts.append(check_ids(value, f"{path}:{number}"))
     if not prompts:
         raise UserError(f"{path}: no prompt; each line must be a list of token ids like [1, 2, 3]")

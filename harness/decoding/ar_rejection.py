@@ -142,7 +142,8 @@ def ar_rejection_decode(target: ARTarget, prompt_ids: list[int] | Tensor, propos
             if depth == len(drafted):  # every draft accepted (or none drafted): the bonus token from p
                 token, stop = target_token(logits[depth], noise, temperature, False)[0], LEAF if drafted else NO_DRAFT
                 break
-            p, q_row, x = target_distribution(logits[depth], temperature), chain.q[depth].to(logits.device), drafted[depth]
+            p, q_row, x = (target_distribution(logits[depth], temperature), chain.q[depth].to(logits.device),
+                           drafted[depth])
             if not q_row[x] > 0:
                 raise ValueError(f"the proposer drafted token {x} at depth {depth + 1} with q = 0")
             if not accepts(float(p[x]), float(q_row[x]), acceptance_uniform(seed, position + depth)):

@@ -77,7 +77,8 @@ def speculative_generation(
         row, depth = 0, 0
         while True:
             # the noise of the row's masked positions only: the rule reads no other
-            sample = noise.rows(root_step + depth, (tree.states[row] == mask_id).nonzero().squeeze(1)) if noise else None
+            sample = (noise.rows(root_step + depth, (tree.states[row] == mask_id).nonzero().squeeze(1)) if noise
+                      else None)
             transition, record = rule.explain(logits.current[row], tree.states[row], sample, temperature, trace)
             steps.append(transition)
             if trace:

@@ -181,7 +181,7 @@ class ARSession:
         self.cached, self.pending = self.position, self.pending[:0]
         depths = _depths(parents)
         node_kv: list[list[tuple[Tensor, Tensor]]] = []
-        for j, parent in enumerate(parents):
+        for j in range(len(parents)):
             chain = _ancestors(parents, j)
             context = DynamicCache([
                 (torch.cat([layer.keys, *(node_kv[a][i][0] for a in chain)], dim=-2),
@@ -231,7 +231,7 @@ def _tree_mask(pending: int, parents: Sequence[int], cached: int) -> Tensor:
 
 def is_ar_name(name: str) -> bool:
     """Whether a target name means an autoregressive target (checked without loading weights)."""
-    if name == SMOLLM2 or name == TINY_AR or name.startswith(TINY_AR + ":"):
+    if name in (SMOLLM2, TINY_AR) or name.startswith(TINY_AR + ":"):
         return True
     path = folder_of(name)
     if path.suffix == ".gguf":
@@ -336,7 +336,8 @@ def _is_causal_lm(model_type: Any, architectures: Any) -> bool:
     checkpoint with a stray `model_type` stays a DLM folder (and gets the DLM loader's error)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    if not isinstance(model_type, str) or model_type in DLM_MODEL_TYPES or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if (not isinstance(model_type, str) or model_type in DLM_MODEL_TYPES
+            or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
         return False
     classes = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
     classes = {classes} if isinstance(classes, str) else set(classes)

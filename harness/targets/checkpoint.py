@@ -261,12 +261,12 @@ def _write_weights(folder: Path, tensors: dict[str, Tensor], max_shard_bytes: in
 
 
 def _load_tokenizer(folder: Path, family: str) -> Any:
-    """None for a folder without tokenizer files (it decodes token ids); else `AutoTokenizer` on the folder, offline and without remote code (`trust_remote_code=False`
-    also stops transformers from asking on stdin). When the tokenizer class lives in remote code,
-    a shipped `tokenizer.json` is loaded directly; Dream ships none, but its remote
-    `DreamTokenizer` is Qwen2's byte-level BPE, so its `vocab.json`/`merges.txt` are read as a
-    `Qwen2Tokenizer`. An empty model config keeps transformers from parsing config.json, whose
-    model_type it does not know."""
+    """None for a folder without tokenizer files (it decodes token ids); else `AutoTokenizer` on the
+    folder, offline and without remote code (`trust_remote_code=False` also stops transformers from
+    asking on stdin). When the tokenizer class lives in remote code, a shipped `tokenizer.json` is
+    loaded directly; Dream ships none, but its remote `DreamTokenizer` is Qwen2's byte-level BPE, so
+    its `vocab.json`/`merges.txt` are read as a `Qwen2Tokenizer`. An empty model config keeps
+    transformers from parsing config.json, whose model_type it does not know."""
     from transformers import AutoTokenizer, PretrainedConfig, PreTrainedTokenizerFast, Qwen2Tokenizer
 
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):

@@ -213,7 +213,8 @@ class TargetSession:
         size = self.block_length
         start = self.block_start - (1 if self.target.family.shifted_logits else 0)
         future = self.block_index + 1 < self.num_blocks
-        return BlockLogits(logits[:, start : start + size], logits[:, start + size : start + 2 * size] if future else None)
+        return BlockLogits(logits[:, start : start + size],
+                           logits[:, start + size : start + 2 * size] if future else None)
 
     def _block_causal(self, states: Tensor) -> BlockLogits:
         tokens, positions, attend, adapted = self.causal_inputs(states)

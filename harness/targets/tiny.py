@@ -68,7 +68,7 @@ def tiny_random_target(family_name: str, seed: int = 0) -> DLMTarget:
                 module.expert_bias.normal_(0.0, 0.1)
         if spec.causal_context:  # a trained-looking adapter: non-zero on both factors
             model.adapter_gate = adapter.attach(model, rank=4, alpha=8.0)
-            for name, parameter in adapter.lora_state(model).items():
+            for parameter in adapter.lora_state(model).values():
                 parameter.data.normal_(0.0, 0.2)
     return DLMTarget(
         model,

@@ -84,7 +84,8 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
     if len(training) < recipe.batch_size:
         raise UserError(f"recipe {recipe.name}: only {len(training)} training examples")
     torch.manual_seed(recipe.seed)
-    model = ar_model(recipe.model, tokenizer, recipe.name) if ar else DLMTransformer(recipe.model_config(len(tokenizer)))
+    model = (ar_model(recipe.model, tokenizer, recipe.name) if ar
+             else DLMTransformer(recipe.model_config(len(tokenizer))))
     init_weights(model)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay, betas=(0.9, 0.98)

@@ -99,7 +99,8 @@ def training_data(recipe: DrafterRecipe, pairs: list[tuple[list[int], list[int]]
     if recipe.train_examples:
         training = training[: recipe.train_examples]
     if len(training) < recipe.batch_size:
-        raise UserError(f"recipe {recipe.name}: only {len(training)} training sequences for batch size {recipe.batch_size}")
+        raise UserError(f"recipe {recipe.name}: only {len(training)} training sequences for batch size "
+                        f"{recipe.batch_size}")
     return training, validation
 
 

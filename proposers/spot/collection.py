@@ -149,7 +149,8 @@ def recipe_jobs(recipe: SpotRecipe, prompts: list[tuple[str, list[int]]]) -> lis
 def collect_jobs(recipe: SpotRecipe, target: DLMTarget, first: int, jobs: list[Job]) -> list[Views]:
     """Generations `first`, `first + 1`, ... of the recipe: generation k decodes with seed `recipe.seed + k`."""
     config = SpotConfig(**recipe.model)
-    return [collect(target, ids, recipe.gen_length, recipe.block_length, temperature, recipe.seed + first + k, config)[0]
+    return [collect(target, ids, recipe.gen_length, recipe.block_length, temperature, recipe.seed + first + k,
+                    config)[0]
             for k, (_, ids, temperature) in enumerate(jobs)]
 
 

@@ -89,7 +89,8 @@ def collect(target: DLMTarget, prompt_ids: list[int], settings: Collecting, temp
     for span in plain.blocks(mask_id):
         first, end = span.first, span.end
         states = span.states(plain.steps)  # states[k]: before step first + k
-        views = [] if span.index == 0 or plain.following[span.index - 1] is None else [(plain.following[span.index - 1], first)]
+        previous = None if span.index == 0 else plain.following[span.index - 1]
+        views = [] if previous is None else [(previous, first)]
         views += [(plain.pass_logits[step], step + 1) for step in range(first, end - 1)]
         for logits, root_step in views:
             root = states[root_step - first]

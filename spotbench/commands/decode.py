@@ -49,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="autoregressive targets: coupled (token-exact) or rejection (rejection sampling, "
                              "lossless in distribution: verdict 'distribution' at T>0)")
     parser.add_argument("--device", default="auto", help="auto (a GPU when visible, else the CPU), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", default="auto", help="auto (bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64")
+    parser.add_argument("--dtype", default="auto",
+                        help="auto (bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64")
     parser.add_argument("--near-tie", help="decision gap below which a divergence is a near-tie (default: by dtype)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per prompt")
     parser.set_defaults(func=run)

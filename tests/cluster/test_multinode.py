@@ -83,7 +83,7 @@ def test_losing_every_worker_stops_with_one_line_and_the_run_resumes(cluster, tm
         if written == 1:
             c.remove_node(node)
 
-    with pytest.raises(ClusterLost, match="every worker was lost .* run the same command again to resume"):
+    with pytest.raises(ClusterLost, match=r"every worker was lost .* run the same command again to resume"):
         run_suite(suite, tmp_path / "run", progress=False, on_write=lose_the_node)
     manifest = (tmp_path / "run" / "manifest.json")
     assert '"status": "failed"' in manifest.read_text()

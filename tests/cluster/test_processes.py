@@ -1,10 +1,9 @@
-import pytest
-
 """The runner as a separate process: a killed driver, and a Ray head given by --address.
 
 Every Ray instance here belongs to a process group this test starts, and the group is killed at the
 end, so nothing outlives the test (a SIGKILLed driver cannot stop its own local instance)."""
 
+import contextlib
 import json
 import os
 import secrets
@@ -19,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 pytestmark = pytest.mark.slow  # Ray clusters and processes: CI runs it, the fast lane skips it
 
@@ -48,10 +48,8 @@ def wait_for_files(samples: Path, count: int, process: subprocess.Popen, timeout
 
 
 def kill_group(process: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait()
 
 

@@ -72,7 +72,8 @@ def test_a_finished_run_is_extended_reusing_every_finished_group(tmp_path) -> No
     small = Suite(**{**SUITE.__dict__, "proposers": ("confidence",), "budgets": (0,), "limit": 2})
     first = run_suite(small, tmp_path / "run", progress=False)
     before = {p.name: p.stat().st_mtime_ns for p in first.run_dir.samples_dir.iterdir()}
-    original = {(r["sample_id"], r["temperature"]): r["plain_answer_ids"] for r in first.run_dir.read_rows().to_pylist()}
+    original = {(r["sample_id"], r["temperature"]): r["plain_answer_ids"]
+                for r in first.run_dir.read_rows().to_pylist()}
     bigger = Suite(**{**SUITE.__dict__, "proposers": ("confidence", "oracle"), "budgets": (0, 4), "limit": 3})
     result = run_suite(bigger, tmp_path / "run", progress=False)
     # 4 finished groups get a file with their 3 new arms, 2 new groups are decoded whole; nothing is rewritten

@@ -38,7 +38,7 @@ def test_rows_of_an_ar_group():
         assert row.mean_accept_len == 24 / row.spec_nfe and row.speedup_nfe == 24 / row.spec_nfe
         assert sum(row.accepted_per_depth) == 24 - row.spec_nfe and row.stops_position == 0
         assert row.spec_completion == row.completion
-    oracle, plain, lookup = rows
+    oracle, plain, _lookup = rows
     assert oracle.spec_nfe == 6 and oracle.accepted_per_depth == [6, 6, 6]
     assert plain.spec_nfe == 24 and plain.stops_no_draft == 24
 

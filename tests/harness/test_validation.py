@@ -15,7 +15,7 @@ def test_numbers_from_text_and_yaml_alike_and_bools_are_not_numbers() -> None:
     assert check_value(Count, "3", "--n") == check_value(Count, 3, "n") == 3
     assert check_value(Seed, str(2**64 - 1), "--seed") == 2**64 - 1
     assert check_value(NonNegative, "0.5", "--t") == 0.5
-    with pytest.raises(UserError, match="^--n must be a whole number >= 1, got True$"):
+    with pytest.raises(UserError, match=r"^--n must be a whole number >= 1, got True$"):
         check_value(Count, True, "--n")
     with pytest.raises(UserError, match=r"^--t must be a finite number >= 0, got inf$"):
         check_value(NonNegative, "inf", "--t")

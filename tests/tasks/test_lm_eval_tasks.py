@@ -72,7 +72,7 @@ def test_control_a_data_path_relative_to_the_checkout_fails_elsewhere(elsewhere)
         "    test: ../shared/data/gsm8k_test.jsonl\n")
     assert yaml.safe_load(config.replace("!function ", ""))["dataset_kwargs"]  # the swap happened
     (folder / "gsm8k_local.yaml").write_text(config)
-    with pytest.raises(FileNotFoundError, match="shared/data/gsm8k_train.jsonl"):
+    with pytest.raises(FileNotFoundError, match=r"shared/data/gsm8k_train.jsonl"):
         load_task(folder)
 
 

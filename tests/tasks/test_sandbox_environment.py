@@ -26,7 +26,10 @@ GOOD = "def add(a, b):\n    return a + b\n"
 WRONG = "def add(a, b):\n    return a - b\n"
 
 
-def check(solution: str, limits: Limits = Limits(cpu_s=3), tests: str = TESTS) -> sandbox.Outcome:
+LIMITS = Limits(cpu_s=3)
+
+
+def check(solution: str, limits: Limits = LIMITS, tests: str = TESTS) -> sandbox.Outcome:
     return sandbox.run([("solution", solution), ("tests", tests)], limits)
 
 
@@ -161,8 +164,8 @@ def test_a_fork_bomb_in_one_scorer_does_not_fail_a_correct_program_in_another(sh
 def test_scorer_processes_lease_different_uids():
     if os.geteuid() != 0:
         pytest.skip("uids are leased under a root harness only")
-    code = f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom tasks import sandbox\n" \
-           "print(sandbox.slot_uid(0), sandbox.slot_uid(1), flush=True)\nsys.stdin.read()\n"
+    code = (f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom tasks import sandbox\n"
+            "print(sandbox.slot_uid(0), sandbox.slot_uid(1), flush=True)\nsys.stdin.read()\n")
     procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True) for _ in range(2)]
     try:

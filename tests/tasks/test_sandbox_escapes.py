@@ -56,8 +56,8 @@ OUTSIDE_WRITES = [
     "import os\nos.chdir(os.path.dirname({p!r}))\nopen('canary.txt', 'w').write('dead')",
     "import os\nos.chmod({p!r}, 0)",
     "import pathlib\npathlib.Path({p!r}).write_text('dead')",
-    "import os\nfd = os.open(os.path.dirname({p!r}), os.O_RDONLY)\n"
-    "os.close(os.open('canary.txt', os.O_WRONLY | os.O_TRUNC, dir_fd=fd))",
+    ("import os\nfd = os.open(os.path.dirname({p!r}), os.O_RDONLY)\n"
+     "os.close(os.open('canary.txt', os.O_WRONLY | os.O_TRUNC, dir_fd=fd))"),
     "import os\nos.chmod(os.open({p!r}, os.O_RDONLY), 0)",
     "import os\nos.utime(os.open({p!r}, os.O_RDONLY), (0, 0))",
     "import os\nos.truncate(os.open({p!r}, os.O_WRONLY), 0)",

@@ -68,8 +68,8 @@ FALSE_PASSES = {  # name: (program, tests, the naive checker it fools or None)
     "always-equal object in a list": (ALWAYS_EQUAL + "def add(a, b):\n    return Anything()\n",
                                       "assert [add(1, 2)] == [999]\n", "nonce"),
     "int subclass equal to anything": (
-        "class Int(int):\n    def __eq__(self, other):\n        return True\n"
-        "    __hash__ = int.__hash__\ndef add(a, b):\n    return Int(0)\n", WRONG_TESTS, "nonce"),
+        ("class Int(int):\n    def __eq__(self, other):\n        return True\n"
+         "    __hash__ = int.__hash__\ndef add(a, b):\n    return Int(0)\n"), WRONG_TESTS, "nonce"),
     "builtins.abs replaced (HumanEval)": ("import builtins\nbuiltins.abs = lambda x: 0\n" + GOOD,
                                           HUMANEVAL_ABS_TESTS, "nonce"),
     "abs shadowed at module level (HumanEval)": (GOOD + "abs = lambda x: 0\n", HUMANEVAL_ABS_TESTS,
@@ -178,11 +178,11 @@ HONEST_TESTS = "assert add(1, 2) == 3\n"
 @pytest.mark.parametrize("bomb", [
     "import os\nwhile True:\n    os.fork()",
     "import subprocess\nwhile True:\n    subprocess.Popen(['sleep', '9'])",
-    "import multiprocessing, time\nwhile True:\n"
-    "    multiprocessing.Process(target=time.sleep, args=(9,)).start()",
+    ("import multiprocessing, time\nwhile True:\n"
+     "    multiprocessing.Process(target=time.sleep, args=(9,)).start()"),
     "import _posixsubprocess\n_posixsubprocess.fork_exec()",
-    "import threading, time\nwhile True:\n"
-    "    threading.Thread(target=time.sleep, args=(9,)).start()",
+    ("import threading, time\nwhile True:\n"
+     "    threading.Thread(target=time.sleep, args=(9,)).start()"),
 ])
 def test_fork_bomb_is_contained(bomb, hook):
     outcome = jailed(GOOD + bomb + "\n", HONEST_TESTS, hook)

@@ -37,7 +37,7 @@ def test_sdar_answers_keep_the_whole_canvas():
 
 @pytest.mark.parametrize("family", ["llada2", "sdar"])
 def test_an_eos_still_cuts_first(family):
-    target, config, plain = decode(family)
+    target, _config, plain = decode(family)
     eos_at = 4
     plain.tokens[eos_at] = target.eos_id
     assert plain.answer_ids == plain.tokens.tolist()[:eos_at]

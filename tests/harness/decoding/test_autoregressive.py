@@ -110,8 +110,8 @@ SPECS = {"draft-model": "draft-model:tiny-random-ar:1", "psi-linear": f"psi-line
 
 
 @settings(max_examples=60, deadline=None)
-@given(prompt=st.integers(0, len(PROMPTS) - 1), seed=st.integers(0, 2**32), temperature=st.sampled_from([0.0, 0.7, 1.0]),
-       budget=st.integers(0, 10), tree_seed=st.integers(0, 1000),
+@given(prompt=st.integers(0, len(PROMPTS) - 1), seed=st.integers(0, 2**32),
+       temperature=st.sampled_from([0.0, 0.7, 1.0]), budget=st.integers(0, 10), tree_seed=st.integers(0, 1000),
        proposer=st.sampled_from(["random", *(SPECS.get(name, name) for name in proposers_for("ar"))]))
 def test_speculative_equals_plain_in_exactness_mode(prompt, seed, temperature, budget, tree_seed, proposer):
     reference = plain(prompt, temperature, seed)
@@ -131,7 +131,8 @@ def test_fast_mode_tree_verification_matches_plain(temperature):
     are far from float32 noise); a near-tie would be reported, never a logic error."""
     for seed in range(3):
         reference = plain(0, temperature, seed, exact=False)
-        spec = ar_decode(target(False), PROMPTS[0], RandomTree(reference.tokens.tolist(), seed), ARConfig(24, temperature, seed), 8)
+        spec = ar_decode(target(False), PROMPTS[0], RandomTree(reference.tokens.tolist(), seed),
+                         ARConfig(24, temperature, seed), 8)
         assert check_lossless(reference, spec).exact
         assert max(spec.pass_commits) > 2
 
@@ -139,7 +140,8 @@ def test_fast_mode_tree_verification_matches_plain(temperature):
 @pytest.mark.parametrize("budget", [1, 3, 8])
 def test_oracle_commits_budget_plus_one_per_pass(budget):
     reference = plain(0, 1.0, 2)
-    spec = ar_decode(target(True), PROMPTS[0], build_proposer("oracle", target(True), reference), ARConfig(24, 1.0, 2), budget)
+    spec = ar_decode(target(True), PROMPTS[0], build_proposer("oracle", target(True), reference), ARConfig(24, 1.0, 2),
+                     budget)
     left = 24
     for commits in spec.pass_commits:
         assert commits == min(budget + 1, left)
@@ -149,7 +151,8 @@ def test_oracle_commits_budget_plus_one_per_pass(budget):
 
 def test_budget_zero_is_plain_decoding():
     reference = plain(2, 0.7, 1)
-    spec = ar_decode(target(True), PROMPTS[2], build_proposer("prompt-lookup", target(True), reference), ARConfig(24, 0.7, 1), 0)
+    spec = ar_decode(target(True), PROMPTS[2], build_proposer("prompt-lookup", target(True), reference),
+                     ARConfig(24, 0.7, 1), 0)
     assert spec.tokens.tolist() == reference.tokens.tolist()
     assert spec.metrics.nfe == spec.metrics.rows == 24 and spec.pass_commits == [1] * 24
 
@@ -161,7 +164,8 @@ def test_generation_stops_after_the_end_of_sequence_token():
     first = reference.tokens.tolist().index(eos)
     stopping = ARTarget(base.model, base.tokenizer, eos, rowwise=True)
     for generation in (ar_plain_decode(stopping, PROMPTS[0], ARConfig(24, 1.0, 3)),
-                       ar_decode(stopping, PROMPTS[0], build_proposer("oracle", stopping, reference), ARConfig(24, 1.0, 3), 6)):
+                       ar_decode(stopping, PROMPTS[0], build_proposer("oracle", stopping, reference),
+                                 ARConfig(24, 1.0, 3), 6)):
         assert generation.tokens.tolist() == reference.tokens.tolist()[: first + 1]
         assert generation.answer_ids == reference.tokens.tolist()[:first]
 
@@ -196,7 +200,8 @@ def test_negative_control_wrong_noise_position_is_caught(monkeypatch):
     verdicts = []
     for seed in range(3):
         reference = plain(0, 1.0, seed)
-        spec = ar_decode(target(True), PROMPTS[0], build_proposer("oracle", target(True), reference), ARConfig(24, 1.0, seed), 4)
+        spec = ar_decode(target(True), PROMPTS[0], build_proposer("oracle", target(True), reference),
+                         ARConfig(24, 1.0, seed), 4)
         verdicts.append(check_lossless(reference, spec, near_tie_tolerance(torch.float64)).verdict)
     assert "logic-error" in verdicts and "exact" not in verdicts
 

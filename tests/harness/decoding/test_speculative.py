@@ -114,7 +114,8 @@ def test_speculative_equals_plain_in_exactness_mode(
 
 CALIBRATED = Calibration(commit_scale=0.5, commit_bias=-0.3, commit_rule_weight=0.5, position_temperature=2.0,
                          position_rule_weight=0.4, token_temperature=1.6, top_bias=0.5)
-"""A calibration as far from the identity as the fitted ones (zoo/proposers/spot-sets-calibrated/*/calibration.json), so the calibrated path runs."""
+"""A calibration as far from the identity as the fitted ones
+(zoo/proposers/spot-sets-calibrated/*/calibration.json), so the calibrated path runs."""
 
 
 def fitted_proposer(proposer: str, calibrated: bool, target: DLMTarget, reference: Generation):

@@ -95,7 +95,7 @@ def test_saved_checkpoint_is_readable_by_the_reference(tmp_path, reference):
 
 
 def test_save_refuses_a_model_the_format_cannot_express(tmp_path):
-    with pytest.raises(UserError, match="llada checkpoint format cannot express.*qk_norm"):
+    with pytest.raises(UserError, match=r"llada checkpoint format cannot express.*qk_norm"):
         save_checkpoint(load_target("tiny-random:sdar"), tmp_path / "out", family="llada")
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "x").write_text("")
@@ -134,8 +134,8 @@ BAD = {
     "missing key": ("dream", lambda d: _edit_config(d, hidden_size=None) or d,
                     "config.json: hidden_size must be a non-negative integer"),
     "shape mismatch": ("dream", lambda d: _edit_config(d, intermediate_size=40) or d,
-                       "model.safetensors: tensor model.layers.0.mlp.gate_proj.weight has shape [48, 32], "
-                       "but config.json implies [40, 32]"),
+                       ("model.safetensors: tensor model.layers.0.mlp.gate_proj.weight has shape [48, 32], "
+                        "but config.json implies [40, 32]")),
     "missing tensor": ("sdar", lambda d: _edit_tensors(d / "model.safetensors",
                                                        drop=["model.layers.1.self_attn.k_norm.weight"]) or d,
                        "model.safetensors: missing tensor model.layers.1.self_attn.k_norm.weight"),

@@ -47,9 +47,9 @@ def test_registry_kinds_and_validation():
     assert "prompt-lookup" not in proposers_for("dlm") and "oracle" in proposers_for("dlm")
     check_arm_for_model("prompt-lookup", "tiny-random-ar", 32)
     check_arm_for_model("oracle", "tiny-random-ar", 32)
-    with pytest.raises(UserError, match="drafts for diffusion .* 'tiny-random-ar' is autoregressive"):
+    with pytest.raises(UserError, match=r"drafts for diffusion .* 'tiny-random-ar' is autoregressive"):
         check_arm_for_model("spot", "tiny-random-ar", 32)
-    with pytest.raises(UserError, match="drafts for autoregressive .* 'tiny-random:sdar' is diffusion"):
+    with pytest.raises(UserError, match=r"drafts for autoregressive .* 'tiny-random:sdar' is diffusion"):
         check_arm_for_model("prompt-lookup", "tiny-random:sdar", 32)
     with pytest.raises(UserError, match="takes no argument"):
         check_proposer("prompt-lookup:3")

@@ -326,7 +326,8 @@ def test_the_searchs_forward_is_the_module_forward_bit_for_bit(name):
             full, masked_only = net(*inputs), net(*inputs, masked_only=True)
         masked = ages == MASKED
         assert torch.allclose(full[0], expected[0], atol=1e-5, equal_nan=True)
-        bits = [(position.view(torch.int32), token[masked].view(torch.int32)) for position, token in (full, masked_only)]
+        bits = [(position.view(torch.int32), token[masked].view(torch.int32))
+                for position, token in (full, masked_only)]
         assert torch.equal(bits[0][0], bits[1][0]) and torch.equal(bits[0][1], bits[1][1])
         skipped += int(masked.sum()) >= MIN_ROWS and not masked.all()
     assert skipped > 10

@@ -44,7 +44,8 @@ def test_training_is_deterministic_and_records_provenance(tmp_path):
     assert meta["provenance"]["target"] == "tiny-random:sdar" and meta["provenance"]["data"] == ["arith/train"]
     revision = meta["provenance"]["git_revision"]
     assert revision is None or len(revision.removesuffix("+dirty")) == 40
-    reloaded = train(recipe, target, jobs_for(recipe, target), tmp_path / "run1", tmp_path / "out3")  # resumes: nothing left to do
+    # resumes: nothing left to do
+    reloaded = train(recipe, target, jobs_for(recipe, target), tmp_path / "run1", tmp_path / "out3")
     assert reloaded["validation"] == first["validation"]
     assert load_spot(tmp_path / "out1").config.width == 16
     changed = dataclasses.replace(recipe, learning_rate=0.5)
@@ -84,7 +85,8 @@ def test_a_run_saved_before_a_recipe_field_existed_resumes_as_its_default(tmp_pa
     state = torch.load(state_path, weights_only=False)
     del state["recipe"]["teachers"], state["recipe"]["distill_weight"]  # as saved before they existed
     torch.save(state, state_path)
-    assert train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "resumed")["steps"] == recipe.steps
+    resumed = train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "resumed")
+    assert resumed["steps"] == recipe.steps
     assert (tmp_path / "resumed" / WEIGHTS_FILE).read_bytes() == (tmp_path / "out" / WEIGHTS_FILE).read_bytes()
     taught = dataclasses.replace(recipe, teachers=(str(tmp_path / "out"),))
     with pytest.raises(UserError, match="different recipe"):
@@ -105,7 +107,8 @@ def test_training_seed_reseeds_the_network_but_keeps_the_data_and_split(tmp_path
         if training_seed is not None:  # shares the first run's collection, as the field's docstring says
             (run / DATA_FILE).symlink_to(tmp_path / "runNone" / DATA_FILE)
         changed = dataclasses.replace(recipe, training_seed=training_seed)
-        reports[training_seed] = train(changed, target, jobs_for(changed, target), run, tmp_path / f"out{training_seed}")
+        reports[training_seed] = train(changed, target, jobs_for(changed, target), run,
+                                       tmp_path / f"out{training_seed}")
     weights = {k: (tmp_path / f"out{k}" / WEIGHTS_FILE).read_bytes() for k in reports}
     assert weights[None] == weights[0] and weights[1] != weights[0]
     assert reports[1]["provenance"]["training_seed"] == 1 and reports[1]["provenance"]["seed"] == 0
@@ -120,7 +123,7 @@ def test_a_run_folder_refuses_data_collected_for_another_recipe(tmp_path):
     train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "out")
     (tmp_path / "run" / "train_state.pt").unlink()  # only the collected data is left to guard
     more_prompts = dataclasses.replace(recipe, tasks={"arith": 3})
-    with pytest.raises(UserError, match="collected for another .* use a new --run-dir"):
+    with pytest.raises(UserError, match=r"collected for another .* use a new --run-dir"):
         train(more_prompts, target, jobs_for(more_prompts, target), tmp_path / "run", tmp_path / "out2")
     longer = dataclasses.replace(recipe, steps=2)
     assert train(longer, target, jobs_for(longer, target), tmp_path / "run", tmp_path / "out3")["steps"] == 2
@@ -178,7 +181,8 @@ def test_init_checkpoint_starts_the_run_from_its_weights(tmp_path):
     with pytest.raises(UserError, match="make the recipe's model match it"):
         train(wider, target, jobs_for(wider, target), tmp_path / "run-wider", tmp_path / "wider")
     with pytest.raises(UserError, match="holds no SPOT checkpoint"):
-        train(dataclasses.replace(recipe, init_checkpoint=str(tmp_path)), target, [], tmp_path / "run-none", tmp_path / "x")
+        train(dataclasses.replace(recipe, init_checkpoint=str(tmp_path)), target, [], tmp_path / "run-none",
+              tmp_path / "x")
 
 
 def test_average_from_holds_the_learning_rate_and_saves_the_mean_of_the_later_weights(tmp_path, monkeypatch):
@@ -203,7 +207,8 @@ def test_average_from_holds_the_learning_rate_and_saves_the_mean_of_the_later_we
     saved = list(load_spot(tmp_path / "out").parameters())
     assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(saved, expected))
     assert not torch.allclose(saved[0], weights[-1][0])
-    train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "resumed")  # resumes the average, nothing left to do
+    # resumes the average, nothing left to do
+    train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "resumed")
     assert (tmp_path / "resumed" / WEIGHTS_FILE).read_bytes() == (tmp_path / "out" / WEIGHTS_FILE).read_bytes()
 
 
@@ -272,7 +277,7 @@ def test_teachers_pull_the_student_towards_their_mixture(tmp_path):
     assert divergence(tmp_path / "student1.0") < 0.5 * divergence(tmp_path / "trained")
     taught_by = reports[1.0]["provenance"]["teachers"]
     assert [t["folder"] for t in taught_by] == [str(tmp_path / "teacher")] and taught_by[0]["provenance"]["seed"] == 5
-    with pytest.raises(UserError, match="teacher .* holds no SPOT checkpoint"):
+    with pytest.raises(UserError, match=r"teacher .* holds no SPOT checkpoint"):
         train(dataclasses.replace(recipe, teachers=(str(tmp_path),)), target, [], tmp_path / "run-none", tmp_path / "x")
     other_ages = dataclasses.replace(recipe, teachers=(str(tmp_path / "teacher"),), model=recipe.model | {"max_age": 4})
     with pytest.raises(UserError, match="use teachers trained with the recipe's max_age"):

@@ -212,7 +212,8 @@ def test_calibration_blends_the_network_with_the_stale_rule():
     assert torch.allclose(same[0], position) and torch.equal(same[1], commit) and torch.allclose(same[2], token)
     flat, scaled, _ = Calibration(2.0, -1.0, 0.0, 2.0, 0.0).apply(position, commit, token, gap, odds_gap)
     assert torch.equal(scaled, torch.tensor([[3.0, -3.0, -1.0]]))
-    assert flat[0, 1] > position[0, 1] and flat[0, 2] == -math.inf and torch.isclose(flat.exp().sum(), torch.tensor(1.0))
+    assert flat[0, 1] > position[0, 1] and flat[0, 2] == -math.inf
+    assert torch.isclose(flat.exp().sum(), torch.tensor(1.0))
     # large rule weights hand the argmax to the stale view's most confident position, the commit
     # decision to its threshold and the token to the candidate (TOP)
     ruled, decided, tops = Calibration(1e-3, 0.0, 50.0, 1e3, 50.0, 1e3, 50.0).apply(position, commit, token, gap,
