@@ -40,7 +40,7 @@ from harness.recipes import load_recipe
 from harness.targets import adapter
 from harness.targets.converted import convert, save_converted
 from harness.targets.target import DLMTarget
-from harness.training.loop import load_state, next_batch, optimizer_step, save_state, warmup_cosine
+from harness.training.loop import TrainingRun
 from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text
 
 STATE_FILE = "train_state.pt"
@@ -223,40 +223,31 @@ def train_conversion(recipe: ConvertRecipe, base, pairs: list[tuple[list[int], l
                         f"{recipe.batch_size}")
     torch.manual_seed(recipe.seed)
     target = convert(base, recipe.mask_id, recipe.rank, recipe.alpha, name=recipe.name)
-    parameters = list(adapter.lora_state(target.model).values())
-    optimizer = torch.optim.AdamW(parameters, lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
-    autocast = precision(target, recipe.dtype)
-    noise = torch.Generator().manual_seed(recipe.seed + 1)
-    order = torch.Generator().manual_seed(recipe.seed + 2)
-    step, tokens_seen, seconds, curve = 0, 0, 0.0, []
-    permutation, cursor = torch.randperm(len(training), generator=order), 0
-    state_path = out_dir / STATE_FILE
-    state = load_state(state_path, recipe, "use a new --out folder, or the recipe that run started with")
+    autocast = precision(target, recipe.dtype)  # the base only: the adapter and its optimizer stay float32
+    run = TrainingRun(recipe, adapter.lora_state(target.model).values(), len(training), out_dir / STATE_FILE,
+                      "use a new --out folder, or the recipe that run started with")
+    tokens_seen, seconds, curve = 0, 0.0, []
     base_hash = adapter.weights_hash(base.model)
-    if state is not None:
+    if run.saved is not None:
+        state = run.saved
         if state["base_hash"] != base_hash:
             raise UserError(f"{out_dir} holds a conversion of other base weights (hash {state['base_hash']}, "
                             f"these are {base_hash}); use a new --out folder")
         adapter.load_lora(target.model, state["adapter"])
-        optimizer.load_state_dict(state["optimizer"])
-        noise.set_state(state["noise"])
-        order.set_state(state["order"])
-        step, tokens_seen, seconds, curve = state["step"], state["tokens_seen"], state["seconds"], state["curve"]
-        permutation, cursor = state["permutation"], state["cursor"]
+        tokens_seen, seconds, curve = state["tokens_seen"], state["seconds"], state["curve"]
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"base": recipe.base, "base_hash": base_hash, "rank": recipe.rank, "alpha": recipe.alpha,
             "block_length": recipe.block_length, "recipe": dataclasses.asdict(recipe)}
     started, window = time.perf_counter(), []
     target.model.train()
-    while step < recipe.steps:
-        chosen, permutation, cursor = next_batch(training, permutation, cursor, recipe.batch_size, order)
+    while not run.done:
+        chosen = run.batch(training)
         tick = time.perf_counter()
         with autocast:
-            loss = diffusion_loss(target, layout(chosen, recipe.block_length, recipe.mask_id, noise))
-        lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
-        optimizer_step(optimizer, parameters, loss, lr, recipe.grad_clip)
+            loss = diffusion_loss(target, layout(chosen, recipe.block_length, recipe.mask_id, run.noise))
+        run.optimize(loss)
         seconds += time.perf_counter() - tick
-        step += 1
+        step = run.step
         tokens_seen += sum(len(s.tokens) for s in chosen)
         window.append(loss.item())
         print(f"step {step}/{recipe.steps} loss {window[-1]:.4f} ({time.perf_counter() - tick:.1f} s)", flush=True)
@@ -270,17 +261,14 @@ def train_conversion(recipe: ConvertRecipe, base, pairs: list[tuple[list[int], l
             window = []
             report = _report(recipe, target, step, tokens_seen, seconds, curve)
             save_converted(target, out_dir / MODEL_DIR, meta, report)
-        if step % recipe.checkpoint_every == 0 or step == recipe.steps:
-            save_state(state_path, dict(
-                recipe=dataclasses.asdict(recipe), base_hash=base_hash,
-                adapter={k: v.detach().clone() for k, v in adapter.lora_state(target.model).items()},
-                optimizer=optimizer.state_dict(), noise=noise.get_state(), order=order.get_state(),
-                step=step, tokens_seen=tokens_seen, seconds=seconds, curve=curve,
-                permutation=permutation, cursor=cursor))
+        if run.checkpoint_due():
+            run.save({"base_hash": base_hash,
+                      "adapter": {k: v.detach().clone() for k, v in adapter.lora_state(target.model).items()}},
+                     tokens_seen=tokens_seen, seconds=seconds, curve=curve)
             if stop_after_s is not None and time.perf_counter() - started > stop_after_s:
                 break
     target.model.eval()
-    return _report(recipe, target, step, tokens_seen, seconds, curve)
+    return _report(recipe, target, run.step, tokens_seen, seconds, curve)
 
 
 def _report(recipe: ConvertRecipe, target: DLMTarget, step: int, tokens_seen: int, seconds: float,

@@ -1,6 +1,7 @@
-"""What every trainer here (zoo targets, SPOT proposers, Psi-Spec drafters) shares: the learning-rate
-schedule, one optimizer step, shuffled batches, and a training state that survives interruption, so a
-re-run resumes bit-identically.
+"""What every trainer here (zoo targets, conversions, SPOT proposers, Psi-Spec drafters) shares: the
+learning-rate schedule, one optimizer step, shuffled batches, and a training state that survives
+interruption, so a re-run resumes bit-identically. `TrainingRun` puts them together for the trainers
+that draw shuffled batches from a list (train-target, convert, train-drafter).
 """
 
 from __future__ import annotations
@@ -78,3 +79,57 @@ def save_state(path: Path, state: dict) -> None:
     temp = path.with_suffix(".tmp")
     torch.save(state, temp)
     os.replace(temp, path)
+
+
+class TrainingRun:
+    """The scaffolding of a resumable trainer that draws shuffled batches: AdamW over `parameters`
+    (the recipe's learning_rate and weight_decay), the noise and order generators (seeded
+    `recipe.seed + 1` and `+ 2`), the shuffled pass over `count` items, and the state file at `path`
+    that a re-run resumes from (one of another recipe is refused, saying `fix`).
+
+    A state file holds `recipe`, the trainer's weights, `optimizer`, `noise`, `order`, `step`,
+    `permutation` and `cursor`, then the trainer's own fields; `saved` is the state this run resumed
+    from (None for a fresh one), from which the trainer restores its weights and own fields."""
+
+    def __init__(self, recipe: Any, parameters: Iterable[Tensor], count: int, path: Path, fix: str,
+                 betas: tuple[float, float] = (0.9, 0.999)) -> None:
+        self.recipe, self.path = recipe, path
+        self.parameters = list(parameters)
+        self.optimizer = torch.optim.AdamW(self.parameters, lr=recipe.learning_rate,
+                                           weight_decay=recipe.weight_decay, betas=betas)
+        self.noise = torch.Generator().manual_seed(recipe.seed + 1)
+        self.order = torch.Generator().manual_seed(recipe.seed + 2)
+        self.step, self.permutation, self.cursor = 0, torch.randperm(count, generator=self.order), 0
+        self.saved = load_state(path, recipe, fix)
+        if self.saved is not None:
+            self.optimizer.load_state_dict(self.saved["optimizer"])
+            self.noise.set_state(self.saved["noise"])
+            self.order.set_state(self.saved["order"])
+            self.step, self.permutation, self.cursor = (self.saved[k] for k in ("step", "permutation", "cursor"))
+
+    @property
+    def done(self) -> bool:
+        return self.step >= self.recipe.steps
+
+    def batch(self, items: list[Item]) -> list[Item]:
+        """The next `recipe.batch_size` items of the shuffled passes (`next_batch`)."""
+        chosen, self.permutation, self.cursor = next_batch(items, self.permutation, self.cursor,
+                                                           self.recipe.batch_size, self.order)
+        return chosen
+
+    def optimize(self, loss: Tensor) -> None:
+        """One optimizer step on `loss` at the schedule's learning rate for this step; counts the step."""
+        lr = warmup_cosine(self.recipe.learning_rate, self.recipe.warmup_steps, self.recipe.steps, self.step)
+        optimizer_step(self.optimizer, self.parameters, loss, lr, self.recipe.grad_clip)
+        self.step += 1
+
+    def checkpoint_due(self) -> bool:
+        """Whether the step just taken is one to save at: every `checkpoint_every` steps and the last."""
+        return self.step % self.recipe.checkpoint_every == 0 or self.step == self.recipe.steps
+
+    def save(self, weights: dict[str, Any], **own: Any) -> None:
+        """Save the run's state: the trainer's weights (e.g. `model=...`) and its own fields."""
+        save_state(self.path, {
+            "recipe": dataclasses.asdict(self.recipe), **weights, "optimizer": self.optimizer.state_dict(),
+            "noise": self.noise.get_state(), "order": self.order.get_state(), "step": self.step,
+            "permutation": self.permutation, "cursor": self.cursor, **own})

@@ -9,7 +9,6 @@ published checkpoint format (plus `training.json`), which `load_target` reads li
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from harness.targets.families import family
 from harness.targets.model import DLMTransformer, ModelConfig, MoEConfig
 from harness.targets.target import DLMTarget
 from harness.training.ar_objective import AR_FAMILY, ar_loss, ar_model, save_ar_model
-from harness.training.loop import load_state, next_batch, optimizer_step, save_state, warmup_cosine
+from harness.training.loop import TrainingRun
 from harness.training.objective import Example, build_batch, diffusion_loss
 from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text, options_of
 
@@ -87,45 +86,29 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
     model = (ar_model(recipe.model, tokenizer, recipe.name) if ar
              else DLMTransformer(recipe.model_config(len(tokenizer))))
     init_weights(model)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay, betas=(0.9, 0.98)
-    )
-    noise = torch.Generator().manual_seed(recipe.seed + 1)
-    order = torch.Generator().manual_seed(recipe.seed + 2)
-    step, tokens_seen, permutation, cursor = 0, 0, torch.randperm(len(training), generator=order), 0
-    state_path = out_dir / STATE_FILE
-    state = load_state(state_path, recipe, "use a new --out folder")
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        noise.set_state(state["noise"])
-        order.set_state(state["order"])
-        step, tokens_seen = state["step"], state["tokens_seen"]
-        permutation, cursor = state["permutation"], state["cursor"]
+    run = TrainingRun(recipe, model.parameters(), len(training), out_dir / STATE_FILE, "use a new --out folder",
+                      betas=(0.9, 0.98))
+    tokens_seen = 0
+    if run.saved is not None:
+        model.load_state_dict(run.saved["model"])
+        tokens_seen = run.saved["tokens_seen"]
     out_dir.mkdir(parents=True, exist_ok=True)
     ids = dict(mask_id=tokenizer.mask_token_id, pad_id=tokenizer.pad_token_id)
     model.train()
-    progress = tqdm(total=recipe.steps, initial=step, desc=f"train {recipe.name}", unit="step")
-    while step < recipe.steps:
-        chosen, permutation, cursor = next_batch(training, permutation, cursor, recipe.batch_size, order)
+    progress = tqdm(total=recipe.steps, initial=run.step, desc=f"train {recipe.name}", unit="step")
+    while not run.done:
+        chosen = run.batch(training)
         if ar:
             loss = ar_loss(model, chosen, tokenizer.eos_token_id, tokenizer.pad_token_id)
         else:
-            loss = diffusion_loss(model, build_batch(chosen, spec, block_length=recipe.block_length, generator=noise,
-                                                     **ids))
-        lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
-        optimizer_step(optimizer, model.parameters(), loss, lr, recipe.grad_clip)
-        step += 1
+            loss = diffusion_loss(model, build_batch(chosen, spec, block_length=recipe.block_length,
+                                                     generator=run.noise, **ids))
+        run.optimize(loss)
         tokens_seen += sum(len(e.prompt) + len(e.answer) for e in chosen)
         progress.update(1)
         progress.set_postfix(loss=f"{loss.item():.3f}")
-        if step % recipe.checkpoint_every == 0 or step == recipe.steps:
-            state = dict(
-                recipe=dataclasses.asdict(recipe), model=model.state_dict(),
-                optimizer=optimizer.state_dict(), noise=noise.get_state(), order=order.get_state(),
-                step=step, tokens_seen=tokens_seen, permutation=permutation, cursor=cursor,
-            )
-            save_state(state_path, state)
+        if run.checkpoint_due():
+            run.save({"model": model.state_dict()}, tokens_seen=tokens_seen)
     progress.close()
     model.eval()
     report = {
@@ -133,7 +116,7 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
         "family": recipe.family,
         "parameters": sum(p.numel() for p in model.parameters()),
         "training_tokens": tokens_seen,
-        "steps": step,
+        "steps": run.step,
         "heldout_loss": heldout_loss(model, validation, recipe, spec, ids, tokenizer),
     }
     if ar:

@@ -36,7 +36,7 @@ from harness.decoding.autoregressive import ARConfig, ar_decode
 from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.targets.ar import ARTarget
-from harness.training.loop import load_state, next_batch, optimizer_step, save_state, warmup_cosine
+from harness.training.loop import TrainingRun
 from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text, listed
 from proposers.psi.lora import META_FILE, GatedLoRAModel, save_drafter, weights_hash
 from proposers.psi.proposer import PsiLinear
@@ -192,31 +192,24 @@ def train_drafter(recipe: DrafterRecipe, target: ARTarget, pairs: list[tuple[lis
     training, validation = training_data(recipe, pairs, target.eos_id)
     torch.manual_seed(recipe.seed)
     drafter = GatedLoRAModel(target.model, recipe.rank, recipe.alpha)
-    parameters = list(drafter.lora_state().values())
-    optimizer = torch.optim.AdamW(parameters, lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
-    noise = torch.Generator().manual_seed(recipe.seed + 1)
-    order = torch.Generator().manual_seed(recipe.seed + 2)
-    step, permutation, cursor, curve, seconds = 0, torch.randperm(len(training), generator=order), 0, [], 0.0
-    state = load_state(out_dir / STATE_FILE, recipe, "use a new --out folder")
-    if state is not None:
-        drafter.load_lora(state["lora"])
-        optimizer.load_state_dict(state["optimizer"])
-        noise.set_state(state["noise"])
-        order.set_state(state["order"])
-        step, permutation, cursor, curve, seconds = (state[k] for k in ("step", "permutation", "cursor", "curve",
-                                                                        "seconds"))
+    run = TrainingRun(recipe, drafter.lora_state().values(), len(training), out_dir / STATE_FILE,
+                      "use a new --out folder")
+    curve, seconds = [], 0.0
+    if run.saved is not None:
+        drafter.load_lora(run.saved["lora"])
+        curve, seconds = run.saved["curve"], run.saved["seconds"]
     out_dir.mkdir(parents=True, exist_ok=True)
     drafter.train()
-    progress = tqdm(total=recipe.steps, initial=step, desc=f"train-drafter {recipe.name}", unit="step")
+    progress = tqdm(total=recipe.steps, initial=run.step, desc=f"train-drafter {recipe.name}", unit="step")
     losses: list[float] = []
-    while step < recipe.steps:
+    while not run.done:
         began = time.perf_counter()
-        chosen, permutation, cursor = next_batch(training, permutation, cursor, recipe.batch_size, order)
-        batch = layout(chosen, block_size(recipe, step), target.vocab_size, target.tokenizer.pad_token_id or 0, noise)
+        chosen = run.batch(training)
+        batch = layout(chosen, block_size(recipe, run.step), target.vocab_size, target.tokenizer.pad_token_id or 0,
+                       run.noise)
         loss = tv_loss(drafter, batch)
-        lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
-        optimizer_step(optimizer, parameters, loss, lr, recipe.grad_clip)
-        step += 1
+        run.optimize(loss)
+        step = run.step
         losses.append(loss.item())
         seconds += time.perf_counter() - began
         progress.update(1)
@@ -226,14 +219,11 @@ def train_drafter(recipe: DrafterRecipe, target: ARTarget, pairs: list[tuple[lis
             curve.append(point | validate(drafter, target, validation, recipe))
             progress.write(str(curve[-1]))
             losses = []
-        if step % recipe.checkpoint_every == 0 or step == recipe.steps:
-            save_state(out_dir / STATE_FILE, dict(
-                recipe=dataclasses.asdict(recipe), lora=drafter.lora_state(), optimizer=optimizer.state_dict(),
-                noise=noise.get_state(), order=order.get_state(), step=step, permutation=permutation, cursor=cursor,
-                curve=curve, seconds=seconds))
+        if run.checkpoint_due():
+            run.save({"lora": drafter.lora_state()}, curve=curve, seconds=seconds)
     progress.close()
     meta = {"recipe": dataclasses.asdict(recipe), "base": recipe.base, "base_hash": weights_hash(target.model),
-            "rank": recipe.rank, "alpha": recipe.alpha, "max_block": max(recipe.curriculum), "steps": step,
+            "rank": recipe.rank, "alpha": recipe.alpha, "max_block": max(recipe.curriculum), "steps": run.step,
             "train_sequences": len(training), "train_seconds": round(seconds, 1), "curve": curve}
     save_drafter(drafter, out_dir, meta)
     (out_dir / STATE_FILE).unlink()

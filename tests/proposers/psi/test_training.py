@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from harness.targets.ar import tiny_random_ar
-from proposers.psi import training as psi_training
+from harness.training import loop
 from proposers.psi.lora import META_FILE, WEIGHTS_FILE
 from proposers.psi.training import DrafterRecipe, Sequence, layout, train_drafter
 from spotbench.commands.train_drafter import task_pairs
@@ -57,7 +57,7 @@ def test_resume_is_bit_identical(tmp_path, monkeypatch):
     whole = train_drafter(recipe, target, pairs, tmp_path / "whole")
 
     calls = {"n": 0}
-    real_step = psi_training.optimizer_step
+    real_step = loop.optimizer_step
 
     def interrupted(*args, **kwargs):
         calls["n"] += 1
@@ -65,10 +65,10 @@ def test_resume_is_bit_identical(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         real_step(*args, **kwargs)
 
-    monkeypatch.setattr(psi_training, "optimizer_step", interrupted)
+    monkeypatch.setattr(loop, "optimizer_step", interrupted)
     with pytest.raises(KeyboardInterrupt):
         train_drafter(recipe, target, pairs, tmp_path / "resumed")
-    monkeypatch.setattr(psi_training, "optimizer_step", real_step)
+    monkeypatch.setattr(loop, "optimizer_step", real_step)
     resumed = train_drafter(recipe, target, pairs, tmp_path / "resumed")
     assert sorted(p.name for p in (tmp_path / "resumed").iterdir()) == [META_FILE, WEIGHTS_FILE]
     assert (tmp_path / "whole" / WEIGHTS_FILE).read_bytes() == (tmp_path / "resumed" / WEIGHTS_FILE).read_bytes()
