@@ -1,8 +1,9 @@
-"""What a worker does with one prompt: the arm pipeline for each of its pending groups.
+"""What a worker does with a few prompts: the arm pipeline for each of their pending groups, the
+prompts of a group decoded together (`batch_size` at a time).
 
 Plain Python (no Ray), so it runs the same in a Ray actor, in `spotbench diagnose` and in a test. An
 `Evaluator` loads each target and task once and keeps them; `evaluate` hands a unit's groups to
-`harness.pipeline.evaluate_group`, with the proposer registry and the task's scorer. An `auto`
+`harness.pipeline.evaluate_groups`, with the proposer registry and the task's scorer. An `auto`
 budget is chosen here, once per worker, on the worker's own hardware.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 
 from cluster.provenance import measure_load
 from cluster.suite import Suite
-from harness.pipeline import AUTO, Arm, Group, Score, evaluate_group
+from harness.pipeline import AUTO, Arm, Group, Score, evaluate_groups
 from harness.results import Row
 from tasks.base import Sample, prompt_ids
 from tasks.chat import Chat
@@ -31,15 +32,22 @@ CALIBRATION_SEED = 0
 
 @dataclass(frozen=True)
 class Unit:
-    """One prompt of one (model, task) with the groups still to do (the others are on disk)."""
+    """Prompts of one (model, task) with the groups still to do (the others are on disk), decoded
+    `batch_size` at a time."""
 
     model: str
     task: str
-    sample: Sample
+    samples: tuple[Sample, ...]
     groups: tuple[tuple[float, str, int], ...]
     arms: tuple[tuple[str, int], ...] | None = None
     """The (proposer, budget) arms still to do; None: every arm of the suite (a run extended with new
     arms decodes only those for the groups it already has)."""
+    batch_size: int | None = None
+    """None: the suite's first batch size."""
+
+    def describe(self) -> str:
+        ids = ", ".join(s.sample_id for s in self.samples[:3]) + (", ..." if len(self.samples) > 3 else "")
+        return f"{self.model}/{self.task}/{ids}"
 
 
 class Evaluator:
@@ -83,30 +91,33 @@ class Evaluator:
         return self._tasks[name]
 
     def evaluate(self, unit: Unit) -> list[list[Row]]:
-        """The rows of each pending group of the unit, one list per group."""
+        """The rows of each pending group of the unit, one list per (group, prompt), groups outer: the
+        unit's prompts of each group are decoded together, `batch_size` at a time."""
         from harness.lossless import near_tie_tolerance
         from proposers import build_proposer
 
         target, task = self.target(unit.model), self.task(unit.task)
         chat = self.chat(unit.model)
-        ids = tuple(check_in_vocabulary(prompt_ids(task, unit.sample, chat), target.vocab_size))
-        text = task.prompt(unit.sample, chat)
+        ids = [tuple(check_in_vocabulary(prompt_ids(task, s, chat), target.vocab_size)) for s in unit.samples]
+        texts = [task.prompt(s, chat) for s in unit.samples]
         arms = [a for a in self.arms if unit.arms is None or (a.proposer, a.budget) in unit.arms]
+        batch_size = unit.batch_size or self.suite.batch_sizes[0]
 
-        def score(completion: str) -> Score:
-            result = task.score([unit.sample], [completion])[0]
-            return Score(bool(result["correct"]), result)
-
-        scorer = score if getattr(task, "scored", True) else None  # token-id prompts have no reference
+        def scorer(sample: Sample) -> Any:
+            def score(completion: str) -> Score:
+                result = task.score([sample], [completion])[0]
+                return Score(bool(result["correct"]), result)
+            return score if getattr(task, "scored", True) else None  # token-id prompts have no reference
 
         out = []
         for temperature, rule, seed in unit.groups:
-            group = Group(unit.model, unit.task, unit.sample.sample_id, ids, temperature, rule, seed,
-                          self.suite.gen_length, self.suite.block_length, text, unit.sample.reference,
-                          chat.label)
+            groups = [Group(unit.model, unit.task, sample.sample_id, prompt, temperature, rule, seed,
+                            self.suite.gen_length, self.suite.block_length, text, sample.reference, chat.label)
+                      for sample, prompt, text in zip(unit.samples, ids, texts)]
             chosen = [self.chosen(arm, unit, temperature, rule) if arm.budget == AUTO else arm for arm in arms]
-            out.append(evaluate_group(target, group, chosen, build_proposer, scorer, self.suite.exact,
-                                      near_tie_tolerance(target.dtype), self.worker, self.suite.ar_sampling))
+            out += evaluate_groups(target, groups, chosen, build_proposer, [scorer(s) for s in unit.samples],
+                                   self.suite.exact, near_tie_tolerance(target.dtype), self.worker,
+                                   self.suite.ar_sampling, batch_size)
         return out
 
     def chosen(self, arm: Arm, unit: Unit, temperature: float, rule: str) -> Arm:
@@ -122,7 +133,8 @@ class Evaluator:
             target, task = self.target(unit.model), self.task(unit.task)
             config = DecodeConfig(parse_rule(rule, target.family, target.mask_id), self.suite.gen_length,
                                   self.suite.block_length, temperature, CALIBRATION_SEED)
-            prompts = [prompt_ids(task, s, self.chat(unit.model)) for s in task.load("train", limit=CALIBRATION_PROMPTS)]
+            prompts = [prompt_ids(task, s, self.chat(unit.model))
+                       for s in task.load("train", limit=CALIBRATION_PROMPTS)]
             cost_key = (unit.model, self.suite.gen_length, self.suite.block_length)
             if cost_key not in self._costs:
                 self._costs[cost_key] = measure_pass_cost(target, prompts[0], config)

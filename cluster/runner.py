@@ -1,8 +1,9 @@
 """The driver: shard a suite's prompts over Ray worker actors, write rows as they arrive, resume.
 
-Work is planned per group (a `Unit`: one sample of one (model, task) at one (temperature, rule,
-seed), i.e. one plain reference and the arms of it still to do): the finest unit that keeps an arm
-next to its reference, so the last units of a run spread evenly over the workers. Each worker actor
+Work is planned in units of groups (a `Unit`: a few prompts of one (model, task) at one (temperature,
+rule, seed) and batch size, i.e. their plain references and the arms of them still to do): a worker
+decodes a unit's prompts together, `batch_size` at a time, every arm next to its reference; units hold
+at most UNIT_BATCHES batches, so the last units of a run spread over the workers. Each worker actor
 holds one `Evaluator` (targets loaded once, on first use) and gets at most two units in flight, so it
 never waits for the driver. The driver is the only writer: it writes each finished group atomically
 under a name derived from the group key and its arms, and plans only what is not verified on disk
@@ -43,6 +44,9 @@ from harness.store import Verification
 from harness.targets.devices import resolve_device
 
 IN_FLIGHT_PER_WORKER = 2
+UNIT_BATCHES = 2
+"""Batches of prompts per unit: a finished prompt's place in the batch goes to the next one of its
+unit (continuous batching), and units stay small enough to spread over the workers."""
 MAX_ATTEMPTS = 3
 """A unit whose worker died this many times is a bug in the unit (e.g. it exhausts memory)."""
 LOADS_WAIT_S = 30.0
@@ -91,23 +95,42 @@ class Stats:
 
 
 def plan(suite: Suite, verified: Verification) -> tuple[list[Unit], int]:
-    """The units still to do and the number of groups already complete on disk."""
+    """The units still to do and the number of groups already complete on disk. A unit holds up to
+    UNIT_BATCHES batches of prompts of one (model, task, group, batch size) with the same pending arms,
+    in nearly equal chunks."""
     evaluator = Evaluator(suite)
     done = verified.done_arms()
     wanted = {(arm.proposer, arm.budget) for arm in evaluator.arms}  # an `auto` budget is AUTO in rows
     units, skipped = [], 0
     for model in suite.models:
         for task in suite.tasks:
-            for sample in evaluator.task(task).load(suite.split, limit=suite.limit):
-                key = {"model": model, "task": task, "sample_id": sample.sample_id}
+            samples = evaluator.task(task).load(suite.split, limit=suite.limit)
+            for batch_size in suite.batch_sizes:
                 for group in suite.groups(model):
-                    pending = wanted - done.get(group_id(key | dict(zip(("temperature", "rule", "seed"), group))), set())
-                    if not pending:
-                        skipped += 1
-                        continue
-                    arms = None if pending == wanted else tuple(sorted(pending))
-                    units.append(Unit(model, task, sample, (group,), arms))
+                    by_arms: dict[tuple | None, list] = {}
+                    for sample in samples:
+                        key = {"model": model, "task": task, "sample_id": sample.sample_id, "batch_size": batch_size}
+                        pending = wanted - done.get(group_id(key | dict(zip(("temperature", "rule", "seed"), group))), set())
+                        if not pending:
+                            skipped += 1
+                            continue
+                        by_arms.setdefault(None if pending == wanted else tuple(sorted(pending)), []).append(sample)
+                    for arms, members in by_arms.items():
+                        units += [Unit(model, task, chunk, (group,), arms, batch_size)
+                                  for chunk in chunks(members, UNIT_BATCHES * batch_size)]
     return units, skipped
+
+
+def chunks(items: list, most: int) -> list[tuple]:
+    """`items` in order, in the fewest chunks of at most `most`, their sizes differing by at most one."""
+    count = -(-len(items) // most)
+    size, extra = divmod(len(items), count) if count else (0, 0)
+    out, start = [], 0
+    for index in range(count):
+        end = start + size + (index < extra)
+        out.append(tuple(items[start:end]))
+        start = end
+    return out
 
 
 def split_sizes(suite: Suite) -> dict[str, int]:
@@ -127,7 +150,7 @@ def run_suite(suite: Suite, output: str | Path, address: str | None = None, prog
     before Ray starts or the first byte is written, so bad input leaves no half-made run directory
     behind."""
     started = time.monotonic()
-    check_targets(suite)
+    check_targets(suite, local=not address)
     if address:
         check_address(address)
     else:
@@ -178,7 +201,8 @@ def _execute(suite: Suite, run_dir: RunDir, units: list[Unit], progress: bool,
     options = {"num_gpus": suite.gpus_per_worker, "num_cpus": 1} if gpus else {"num_cpus": threads}
     worker_class = ray.remote(max_restarts=0, **options)(Worker)
     stats.workers = count
-    bar = tqdm(total=stats.skipped + len(units), initial=stats.skipped, unit="group", desc="spotbench run",
+    groups = sum(len(unit.samples) * len(unit.groups) for unit in units)
+    bar = tqdm(total=stats.skipped + groups, initial=stats.skipped, unit="group", desc="spotbench run",
                disable=not progress, file=sys.stderr, dynamic_ncols=True)
     try:
         need = {"GPU": suite.gpus_per_worker, "CPU": 1.0} if gpus else {"CPU": float(threads)}  # as Ray counts
@@ -232,12 +256,14 @@ class Dispatcher:
         return loads
 
     def _feed_all(self) -> None:
-        for slot in list(self.actors):
-            busy = sum(1 for s, _, _ in self.in_flight.values() if s == slot)
-            while self.queue and busy < IN_FLIGHT_PER_WORKER:
-                unit = self.queue.popleft()
-                self.in_flight[self.actors[slot].evaluate.remote(unit)] = (slot, self.actors[slot], unit)
-                busy += 1
+        """Round-robin: every worker gets a unit before any gets its second (units hold batches of
+        prompts, so a run may have as few units as workers)."""
+        for depth in range(1, IN_FLIGHT_PER_WORKER + 1):
+            for slot in list(self.actors):
+                busy = sum(1 for s, _, _ in self.in_flight.values() if s == slot)
+                if self.queue and busy < depth:
+                    unit = self.queue.popleft()
+                    self.in_flight[self.actors[slot].evaluate.remote(unit)] = (slot, self.actors[slot], unit)
 
     def _collect(self, ref: Any) -> None:
         import ray
@@ -266,7 +292,7 @@ class Dispatcher:
 
         self.attempts[unit] = self.attempts.get(unit, 0) + 1
         if self.attempts[unit] >= MAX_ATTEMPTS:
-            raise RuntimeError(f"{unit.model}/{unit.task}/{unit.sample.sample_id}: its worker died "
+            raise RuntimeError(f"{unit.describe()}: its worker died "
                                f"{MAX_ATTEMPTS} times") from None
         self.queue.appendleft(unit)
         self.stats.retries += 1

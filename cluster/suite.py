@@ -41,6 +41,9 @@ from harness.validation import (
 
 # Settings that do not change any result: not part of a run's config (a run may resume with others).
 EXECUTION_FIELDS = ("workers", "gpus_per_worker")
+DEFAULT_BATCH_SIZE = 8
+"""Prompts a worker decodes together by default: on the default job (2 CPU cores) the run's wall time
+falls with the batch up to about 8 (docs/throughput.md, "Batches"); larger batches pad more."""
 
 
 def _rule(text: str) -> str:
@@ -105,6 +108,10 @@ class Suite:
     """Draft budgets; `auto`: each worker measures its pass cost and the proposers' acceptance on
     train-split prompts and takes the fastest budget (`harness.budget`)."""
     seeds: listed(Seed) = (0,)
+    batch_sizes: listed(Count) = (DEFAULT_BATCH_SIZE,)
+    """Prompts a worker decodes together (`harness.decoding.batch.decode_batch`), plain references and
+    arms alike: each prompt's tokens and passes are its batch-1 ones, its wall time its share of the
+    batch's; one group per prompt and batch size, so `[1, 4, 16]` measures throughput by batch size."""
     gen_length: Count = 64
     block_length: Count = 32
     num_fewshot: accepts(int, "a whole number >= 0", optional=True, ge=0) = 0
@@ -150,7 +157,8 @@ class Suite:
         return [(t, r, s) for t in self.temperatures for r in rules for s in self.seeds]
 
 
-FLAGS = {name: "--" + name.replace("_", "-") for name in Suite.__dataclass_fields__} | {"num_fewshot": "--fewshot"}
+FLAGS = {name: "--" + name.replace("_", "-") for name in Suite.__dataclass_fields__} | {
+    "num_fewshot": "--fewshot", "batch_sizes": "--batch-size"}
 """`spotbench run`'s flag for each setting (other commands pass their own names to `build_suite`)."""
 
 
@@ -214,11 +222,12 @@ def resolve(suite: Suite) -> None:
             raise UserError(f"budgets auto is for diffusion targets; give {model} fixed budgets")
 
 
-def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS) -> None:
+def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS, local: bool = True) -> None:
     """What can be checked of each target without its weights, before Ray starts or anything is written
     (a worker would find it only after the cluster started, and the run directory would keep the bad
     setting): its config and tokenizer files, the mask and eos ids against its vocabulary (read from
-    the config), token-id prompts against the vocabulary, and the chat settings against the tokenizer.
+    the config), token-id prompts against the vocabulary, the chat settings against the tokenizer and,
+    for a `local` run, the largest batch size against a worker's memory (`check_batch_memory`).
     `flag_names` names the settings in messages."""
     from harness.targets.ar import TINY_AR, folder_of, is_ar_name
     from harness.targets.checkpoint import CONFIG, check_token_id, read_head
@@ -250,8 +259,8 @@ def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS) -> None:
         elif is_converted(model_dir(model) if model in zoo_names() else model):
             continue  # its base's vocabulary and tokenizer are checked where the base loads
         else:
-            _, config, tokenizer, _, _ = read_head(model_dir(model) if model in zoo_names() else Path(model),
-                                                   suite.mask_id, suite.eos_id, flag)
+            fmt, config, tokenizer, _, _ = read_head(model_dir(model) if model in zoo_names() else Path(model),
+                                                     suite.mask_id, suite.eos_id, flag)
             vocab_size = config.vocab_size
         if not isinstance(vocab_size, int):
             continue
@@ -266,6 +275,44 @@ def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS) -> None:
                                     f"of {model} (0..{vocab_size - 1}); give ids below {vocab_size}")
         if text_tasks and tokenizer is not None:
             Chat(tokenizer, suite.chat_template, suite.system_prompt).check(model)
+        if local and not is_ar_name(model):
+            cfg, family = (target.model.cfg, target.family.name) if model.startswith("tiny-random") else (config, fmt.family)
+            check_batch_memory(suite, model, cfg, family, tokenizer, id_prompts, flag_names)
+
+
+def check_batch_memory(suite: Suite, model: str, cfg: Any, family_name: str, tokenizer: Any,
+                       id_prompts: dict[str, list[list[int]]], flag_names: Mapping[str, str] = FLAGS) -> None:
+    """The largest batch size against the memory a local worker has free (GPU memory of its share of
+    a GPU, else the machine's available memory shared by the workers), estimated from the target's
+    config, the longest prompt and the largest budget (`harness.targets.devices.batch_memory`)."""
+    import os
+
+    import torch
+
+    from harness.targets.devices import available_memory, batch_memory, check_batch_fits, resolve_device, resolve_dtype
+    from harness.targets.families import family
+    from tasks.base import prompt_ids
+    from tasks.chat import Chat
+    from tasks.prompt_ids import PREFIX
+    from tasks.registry import get_task
+
+    lengths = [len(ids) for prompts in id_prompts.values() for ids in prompts]
+    if tokenizer is not None:
+        chat = Chat(tokenizer, suite.chat_template, suite.system_prompt)
+        for name in (n for n in suite.tasks if not n.startswith(PREFIX)):
+            task = get_task(name, suite.num_fewshot)
+            lengths += [len(prompt_ids(task, s, chat)) for s in task.load(suite.split, limit=suite.limit)]
+    device = resolve_device(suite.device)
+    dtype = torch.float64 if suite.exact else resolve_dtype(suite.dtype, device)
+    budget = max(16 if b == "auto" else b for b in suite.budgets)
+    batch = max(suite.batch_sizes)
+    needed = batch_memory(cfg, family(family_name).attention != "block_causal", batch, budget + 1,
+                          max(lengths, default=0), suite.gen_length, suite.block_length, dtype)
+    if device.type == "cuda":
+        free = int(torch.cuda.mem_get_info(device)[0] * min(1.0, suite.gpus_per_worker))
+    else:
+        free = available_memory() // (suite.workers or os.cpu_count() or 1)
+    check_batch_fits(needed, free, f"{flag_names.get('batch_sizes', '--batch-size')} {batch} on {model}")
 
 
 def check_prompts_fit(suite: Suite) -> None:

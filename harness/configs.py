@@ -4,15 +4,15 @@ which settings make two runs incomparable for the gate.
 A run directory only grows. Re-running into it with
 
 - the same config resumes it;
-- a config whose list settings (models, proposers, tasks, temperatures, rules, budgets, seeds)
-  keep every earlier item, and whose `limit` is at least the earlier one, *extends* it: every
+- a config whose list settings (models, proposers, tasks, temperatures, rules, budgets, seeds,
+  batch sizes) keep every earlier item, and whose `limit` is at least the earlier one, *extends* it: every
   finished group and arm is reused and only the new ones are decoded (a larger limit takes the next
   prompts of the split, which loads prompts in a fixed order). The manifest records each extension;
 - anything else refuses: a scalar setting that changes what every row means (`split`, `gen_length`,
   `block_length`, `num_fewshot`, `exact`, or any setting this code does not know), a smaller limit, or
   a list that drops an item (its rows would outlive the config that no longer names them).
 
-The gate matches arms by (model, proposer, task, temperature, rule, budget), so differences in those
+The gate matches arms by (model, proposer, task, temperature, rule, budget, batch size), so differences in those
 lists show up as missing or extra arms; every other setting changes what an arm's numbers are
 computed over (other prompts, seeds, lengths, precision) and makes two runs incomparable, as do
 different bytes of a checkpoint or data file both runs read.
@@ -25,7 +25,7 @@ from typing import Any
 
 GROWING_NUMBERS = ("limit",)
 """Scalar settings a run extends by increasing (a larger limit adds prompts, keeps the earlier ones)."""
-ARM_SETTINGS = ("models", "proposers", "tasks", "temperatures", "rules", "budgets")
+ARM_SETTINGS = ("models", "proposers", "tasks", "temperatures", "rules", "budgets", "batch_sizes")
 """List settings the gate matches arms by: a difference there is a missing or an extra arm."""
 _ABSENT = "(unset)"
 

@@ -1,6 +1,6 @@
 """The regression gate: compare a run's summary with a baseline's, arm by arm.
 
-An arm is (model, proposer, task, temperature, rule, budget). It fails when
+An arm is (model, proposer, task, temperature, rule, budget, batch size). It fails when
 
 - `exact_rate` < 100%: the lossless claim is the product, so one divergent sample fails the gate
   (exactness does not need a baseline; checked on every arm of the run, over its token-checked rows:
@@ -90,7 +90,8 @@ def load_summary(path: str | Path) -> Summary:
         raw = (table.schema.metadata or {}).get(SUMMARY_METADATA)
         if raw is None:
             raise UserError(f"{path} carries no spotbench run metadata (its config and status): it was written "
-                            f"before schema version {SCHEMA_VERSION} or by another tool; gate against its run directory")
+                            f"before schema version {SCHEMA_VERSION} or by another tool; gate against its run "
+                            "directory")
         record = json.loads(raw)
         return Summary(table.to_pylist(), record.get("status"), record, str(path))
     if not (path / "manifest.json").exists():
@@ -135,7 +136,8 @@ def config_warning(run: Summary, baseline: Summary, allow: bool) -> str | None:
     differences = result_differences(run.record, baseline.record)
     if not differences:
         return None
-    what = f"{run.source} and the baseline {baseline.source} differ in settings that change results: {', '.join(differences)}"
+    what = (f"{run.source} and the baseline {baseline.source} differ in settings that change results: "
+            f"{', '.join(differences)}")
     if not allow:
         raise UserError(f"{what}; gate runs made with the same settings, or pass --allow-config-diff to compare anyway")
     return f"warning: {what}; compared anyway (--allow-config-diff)"
@@ -182,7 +184,7 @@ def gate(run: list[dict[str, Any]], baseline: list[dict[str, Any]], status: str 
 
 def arm_name(row: dict[str, Any]) -> str:
     return (f"{row['model']}/{row['task']} T={row['temperature']:g} {row['rule']} "
-            f"{row['proposer']}@{row['budget']}")
+            f"{row['proposer']}@{row['budget']}/batch{row['batch_size']}")
 
 
 def render(checks: list[Check], all_checks: bool = False) -> str:

@@ -22,7 +22,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.decoding import DecodeConfig, Generation, Proposer, parse_rule, plain_decode, speculative_decode
+from harness.decoding import DecodeConfig, Generation, Proposer, decode_batch, parse_rule, plain_generation
+from harness.decoding import speculative_generation
+from harness.decoding.batch import Decoding
 from harness.decoding.ar_rejection import COUPLED, DISTRIBUTION, REJECTION, ar_rejection_decode
 from harness.decoding.autoregressive import AR_RULE, ARConfig, ARProposer, ar_decode, ar_plain_decode
 from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
@@ -93,55 +95,74 @@ Scorer = Callable[[str], Score]
 def evaluate_group(target: DLMTarget | ARTarget, group: Group, arms: Sequence[Arm], build: ProposerBuilder,
                    score: Scorer | None, exact_mode: bool, tolerance: float, worker: str = "",
                    ar_sampling: str = COUPLED) -> list[Row]:
-    """The rows of one group: its plain reference decoded once, then each arm, checked and scored.
+    """The rows of one group (`evaluate_groups` with one group, decoded alone)."""
+    return evaluate_groups(target, [group], arms, build, [score], exact_mode, tolerance, worker, ar_sampling)[0]
+
+
+def evaluate_groups(target: DLMTarget | ARTarget, groups: Sequence[Group], arms: Sequence[Arm],
+                    build: ProposerBuilder, scores: Sequence[Scorer | None], exact_mode: bool, tolerance: float,
+                    worker: str = "", ar_sampling: str = COUPLED, batch_size: int = 1) -> list[list[Row]]:
+    """The rows of each group: the plain references of all groups decoded `batch_size` at a time
+    (`harness.decoding.batch.decode_batch`), then each arm over all groups likewise, each checked
+    against its group's plain reference and scored (`scores[i]` scores group i). Each generation is
+    its batch-1 decode (bit for bit in exactness mode); its wall time is its share of the batch's.
     AR arms in rejection mode at T>0 equal the plain reference in distribution only: their rows get
     the verdict `distribution`, `exact` None (at T=0 the mode is greedy and checked like any arm)."""
-    decode = decoder(target, group, ar_sampling)
+    loops = [decoder(target, group, ar_sampling) for group in groups]
+    plains = decode_batch(target, [loop(None, 0) for loop in loops], batch_size)
+    completions = [decode_text(target, plain.answer_ids) for plain in plains]
+    plain_scores = [score(c) if score else None for score, c in zip(scores, completions)]
+    specs = [decode_batch(target, [loop(build(arm.proposer, target, plain), arm.decode_budget)
+                                   for loop, plain in zip(loops, plains)], batch_size) for arm in arms]
+    return [[_row(group, arm, plain, arm_specs[i], completions[i], plain_scores[i], scores[i], target, exact_mode,
+                  tolerance, worker, ar_sampling, batch_size)
+             for arm, arm_specs in zip(arms, specs)]
+            for i, (group, plain) in enumerate(zip(groups, plains))]
+
+
+def _row(group: Group, arm: Arm, plain: Generation, spec: Generation, completion: str, plain_score: Score | None,
+         score: Scorer | None, target: DLMTarget | ARTarget, exact_mode: bool, tolerance: float, worker: str,
+         ar_sampling: str, batch_size: int) -> Row:
     checked = ar_sampling == COUPLED or group.temperature == 0
-    plain = decode(None, 0)
-    completion = decode_text(target, plain.answer_ids)
-    plain_score = score(completion) if score else None
-    rows = []
-    for arm in arms:
-        spec = decode(build(arm.proposer, target, plain), arm.decode_budget)
-        report = check_lossless(plain, spec, tolerance)
-        divergence = report.divergence if checked else None
-        spec_completion = decode_text(target, spec.answer_ids)
-        spec_score = plain_score if spec_completion == completion or not score else score(spec_completion)
-        stops = Counter(spec.stops)
-        rows.append(Row(
-            model=group.model, proposer=arm.proposer, task=group.task, sample_id=group.sample_id,
-            temperature=group.temperature, rule=group.rule, budget=arm.budget, seed=group.seed,
-            proposer_kind=arm.kind, trained_on=arm.trained_on, chosen_budget=arm.decode_budget,
-            predicted_speedup_wall=arm.predicted_speedup_wall,
-            gen_length=group.gen_length, block_length=group.block_length, exact_mode=exact_mode,
-            prompt_tokens=len(group.prompt_ids), prompt=group.prompt, chat_template=group.chat_template,
-            reference=group.reference,
-            **_metrics("plain", plain), stale_hit_rate=plain.metrics.stale_hit_rate,
-            **_metrics("spec", spec), draft_nodes=spec.metrics.draft_nodes,
-            mean_accept_len=spec.metrics.mean_accept_len, accepted_per_depth=list(spec.metrics.accepted_per_depth),
-            stops_leaf=stops[LEAF], stops_position=stops[POSITION], stops_token=stops[TOKEN],
-            stops_no_draft=stops[NO_DRAFT],
-            spec_draft_model_forwards=spec.metrics.draft_model_forwards, ar_sampling=ar_sampling,
-            speedup_nfe=plain.metrics.target_forwards / spec.metrics.target_forwards,
-            speedup_wall=plain.metrics.wall_s / spec.metrics.wall_s if spec.metrics.wall_s else None,
-            exact=report.exact if checked else None, verdict=report.verdict if checked else DISTRIBUTION,
-            divergence_token=divergence and divergence.token, divergence_step=divergence and divergence.step,
-            divergence_confidence_margin=divergence and divergence.confidence_margin,
-            divergence_decision_gap=divergence and divergence.decision_gap, near_tie_tolerance=tolerance,
-            completion=completion, correct=plain_score and plain_score.correct,
-            score=plain_score and json.dumps(plain_score.details, default=str),
-            spec_completion=spec_completion, spec_correct=spec_score and spec_score.correct,
-            plain_answer_ids=list(plain.answer_ids), spec_answer_ids=list(spec.answer_ids), worker=worker,
-        ))
-    return rows
+    report = check_lossless(plain, spec, tolerance)
+    divergence = report.divergence if checked else None
+    spec_completion = decode_text(target, spec.answer_ids)
+    spec_score = plain_score if spec_completion == completion or not score else score(spec_completion)
+    stops = Counter(spec.stops)
+    return Row(
+        model=group.model, proposer=arm.proposer, task=group.task, sample_id=group.sample_id,
+        temperature=group.temperature, rule=group.rule, budget=arm.budget, seed=group.seed,
+        batch_size=batch_size,
+        proposer_kind=arm.kind, trained_on=arm.trained_on, chosen_budget=arm.decode_budget,
+        predicted_speedup_wall=arm.predicted_speedup_wall,
+        gen_length=group.gen_length, block_length=group.block_length, exact_mode=exact_mode,
+        prompt_tokens=len(group.prompt_ids), prompt=group.prompt, chat_template=group.chat_template,
+        reference=group.reference,
+        **_metrics("plain", plain), stale_hit_rate=plain.metrics.stale_hit_rate,
+        **_metrics("spec", spec), draft_nodes=spec.metrics.draft_nodes,
+        mean_accept_len=spec.metrics.mean_accept_len, accepted_per_depth=list(spec.metrics.accepted_per_depth),
+        stops_leaf=stops[LEAF], stops_position=stops[POSITION], stops_token=stops[TOKEN],
+        stops_no_draft=stops[NO_DRAFT],
+        spec_draft_model_forwards=spec.metrics.draft_model_forwards, ar_sampling=ar_sampling,
+        speedup_nfe=plain.metrics.target_forwards / spec.metrics.target_forwards,
+        speedup_wall=plain.metrics.wall_s / spec.metrics.wall_s if spec.metrics.wall_s else None,
+        exact=report.exact if checked else None, verdict=report.verdict if checked else DISTRIBUTION,
+        divergence_token=divergence and divergence.token, divergence_step=divergence and divergence.step,
+        divergence_confidence_margin=divergence and divergence.confidence_margin,
+        divergence_decision_gap=divergence and divergence.decision_gap, near_tie_tolerance=tolerance,
+        completion=completion, correct=plain_score and plain_score.correct,
+        score=plain_score and json.dumps(plain_score.details, default=str),
+        spec_completion=spec_completion, spec_correct=spec_score and spec_score.correct,
+        plain_answer_ids=list(plain.answer_ids), spec_answer_ids=list(spec.answer_ids), worker=worker,
+    )
 
 
 def decoder(target: DLMTarget | ARTarget, group: Group, ar_sampling: str = COUPLED
-            ) -> Callable[[Proposer | ARProposer | None, int], Generation]:
-    """The group's loop as `decode(proposer, budget)`; proposer None: the traced plain reference.
-    AR targets decode token by token and take only the rule `greedy`, coupled or by rejection
-    sampling (`harness.decoding.ar_rejection`); DLMs block by block with the group's rule, coupled."""
+            ) -> Callable[[Proposer | ARProposer | None, int], Decoding]:
+    """The group's loop as `loop(proposer, budget)`, for `decode_batch`; proposer None: the traced
+    plain reference. AR targets decode token by token and take only the rule `greedy`, coupled or by
+    rejection sampling (`harness.decoding.ar_rejection`), one generation at a time; DLMs block by
+    block with the group's rule, coupled."""
     prompt = list(group.prompt_ids)
     if isinstance(target, ARTarget):
         if group.rule != AR_RULE:
@@ -154,17 +175,23 @@ def decoder(target: DLMTarget | ARTarget, group: Group, ar_sampling: str = COUPL
             if ar_sampling == REJECTION:
                 return ar_rejection_decode(target, prompt, proposer, ar_config, budget)
             return ar_decode(target, prompt, proposer, ar_config, budget)
-        return decode_ar
+        return lambda proposer, budget: unbatched(decode_ar, proposer, budget)
     if ar_sampling != COUPLED:
         raise ValueError(f"a diffusion target decodes coupled, not with ar_sampling {ar_sampling!r}")
     config = DecodeConfig(parse_rule(group.rule, target.family, target.mask_id), group.gen_length,
                           group.block_length, group.temperature, group.seed)
 
-    def decode_dlm(proposer: Proposer | None, budget: int) -> Generation:
+    def loop_dlm(proposer: Proposer | None, budget: int) -> Decoding:
         if proposer is None:
-            return plain_decode(target, prompt, config)
-        return speculative_decode(target, prompt, proposer, config, budget)
-    return decode_dlm
+            return plain_generation(target, prompt, config)
+        return speculative_generation(target, prompt, proposer, config, budget)
+    return loop_dlm
+
+
+def unbatched(decode: Callable[..., Generation], *args: Any) -> Decoding:
+    """A loop that decodes alone, as a `Decoding` that asks `decode_batch` for no pass (it times itself)."""
+    return decode(*args)
+    yield  # noqa: unreachable: makes this a generator
 
 
 def decode_text(target: DLMTarget | ARTarget, ids: list[int]) -> str:

@@ -18,12 +18,12 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 AUTO = -1
 """The budget of an `auto` arm in rows and summaries: each worker chooses the budget itself
 (`chosen_budget` says which)."""
-KEY_FIELDS = ("model", "proposer", "task", "sample_id", "temperature", "rule", "budget", "seed")
-GROUP_FIELDS = ("model", "task", "sample_id", "temperature", "rule", "seed")
+KEY_FIELDS = ("model", "proposer", "task", "sample_id", "temperature", "rule", "budget", "seed", "batch_size")
+GROUP_FIELDS = ("model", "task", "sample_id", "temperature", "rule", "seed", "batch_size")
 STATUSES = ("running", "complete", "failed")
 SUMMARY_METADATA = b"spotbench_run"
 
@@ -31,7 +31,7 @@ SUMMARY_METADATA = b"spotbench_run"
 @dataclass(frozen=True)
 class Row:
     """One arm of one group: the Parquet row (one per (model, proposer, task, sample, temperature,
-    rule, budget, seed)). `harness.pipeline.evaluate_group` is the only maker of rows."""
+    rule, budget, seed, batch size)). `harness.pipeline.evaluate_groups` is the only maker of rows."""
 
     # key
     model: str
@@ -43,6 +43,10 @@ class Row:
     budget: int
     seed: int = dataclasses.field(metadata={"arrow": pa.uint64()})
     """Any seed in [0, 2**64), as the noise takes it."""
+    batch_size: int
+    """The most generations the worker decoded together (`decode_batch`), for the plain reference and
+    for the arm alike: the generation's tokens and passes are its batch-1 ones, its wall time its
+    share of the batch's (docs/runs.md)."""
     # the arm
     proposer_kind: str
     trained_on: str | None
@@ -157,6 +161,6 @@ def part_name(group: str, arms: list[tuple[str, int]]) -> str:
 def group_label(row: dict[str, Any]) -> str:
     """A group as people name it, for messages: `model/task/sample T=.. rule seed ..`."""
     return (f"{row['model']}/{row['task']}/{row['sample_id']} T={row['temperature']:g} {row['rule']} "
-            f"seed {row['seed']}")
+            f"seed {row['seed']} batch {row['batch_size']}")
 
 

@@ -12,7 +12,7 @@ the file itself. `verify` trusts a file only when
   one that group and those arms get (a file of another group under this name, its index line
   updated, is caught by its own rows), and no other file repeats them;
 - its rows are of the manifest's config (models, proposers, tasks, temperatures, rules, budgets,
-  seeds, lengths, precision);
+  seeds, batch sizes, lengths, precision);
 - for a complete run: the manifest records the summary's sha256, the run's size and each task's
   split size; every prompt the config plans (its limit, or the whole split when smaller) has every
   group and arm; the summary's sha256 matches, and the summary equals the one recomputed from the
@@ -30,6 +30,7 @@ records it, and `spotbench gate --baseline-digest` refuses a baseline that is no
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -241,7 +242,8 @@ def _content_problem(data: bytes, schema: pa.Schema, version: int) -> tuple[str 
         missing = [n for n in schema.names if n not in table.schema.names]
         extra = [n for n in table.schema.names if n not in schema.names]
         detail = (f"missing {', '.join(missing[:4])}{'...' if len(missing) > 4 else ''}" if missing else "") + (
-            f"{'; ' if missing else ''}unexpected {', '.join(extra[:4])}{'...' if len(extra) > 4 else ''}" if extra else "")
+            f"{'; ' if missing else ''}unexpected {', '.join(extra[:4])}{'...' if len(extra) > 4 else ''}" if extra
+            else "")
         return f"wrong schema, not a version-{version} sample file ({detail or 'column types differ'})", table
     if found.get(b"spotbench_schema_version") != str(version).encode():
         return f"schema version {found.get(b'spotbench_schema_version', b'?').decode()}, expected {version}", table
@@ -279,8 +281,9 @@ def _misfiled(name: str, table: pa.Table, entry: dict[str, Any]) -> str | None:
 
 
 SETTINGS = {"model": "models", "proposer": "proposers", "task": "tasks", "temperature": "temperatures",
-            "rule": "rules", "budget": "budgets", "seed": "seeds", "gen_length": "gen_length",
-            "block_length": "block_length", "exact_mode": "exact", "ar_sampling": "ar_sampling"}
+            "rule": "rules", "budget": "budgets", "seed": "seeds", "batch_size": "batch_sizes",
+            "gen_length": "gen_length", "block_length": "block_length", "exact_mode": "exact",
+            "ar_sampling": "ar_sampling"}
 """Row column -> the config setting it must be one of (a list setting) or equal to (a scalar)."""
 
 
@@ -308,8 +311,8 @@ def _check_overlaps(result: Verification) -> None:
         entry = result.entries[name]
         clash = next((seen[(entry["group"], p, b)] for p, b in entry["arms"] if (entry["group"], p, b) in seen), None)
         if clash:
-            result.damage.append(Damage(f"{SAMPLES_DIR}/{name}", f"duplicated rows: repeats arms of {SAMPLES_DIR}/{clash}",
-                                        entry["label"]))
+            result.damage.append(Damage(f"{SAMPLES_DIR}/{name}",
+                                        f"duplicated rows: repeats arms of {SAMPLES_DIR}/{clash}", entry["label"]))
             del result.parts[name]
             continue
         seen.update({(entry["group"], p, b): name for p, b in entry["arms"]})
@@ -341,8 +344,8 @@ def _complete_run_problems(directory: Path, manifest: dict[str, Any], result: Ve
     damage = []
     found = len({entry["group"] for entry in result.entries.values()})
     if found != manifest["groups"]:
-        damage.append(Damage(INDEX_FILE, f"lists {found} groups, the complete run wrote {manifest['groups']} "
-                                         f"({'a sample file and its index line were removed' if found < manifest['groups'] else 'lines were added'})"))
+        how = "a sample file and its index line were removed" if found < manifest["groups"] else "lines were added"
+        damage.append(Damage(INDEX_FILE, f"lists {found} groups, the complete run wrote {manifest['groups']} ({how})"))
     summary = directory / SUMMARY_FILE
     if not summary.exists() or sha256_file(summary) != manifest["summary_sha256"]:
         damage.append(Damage(SUMMARY_FILE, "missing" if not summary.exists()
@@ -379,12 +382,13 @@ def _coverage_problems(manifest: dict[str, Any], result: Verification, rows: pa.
         for sample in sorted(ids):
             for temperature in config.get("temperatures", []):
                 for rule in model_rules:
-                    for seed in config.get("seeds", []):
-                        key = (model, task, sample, temperature, rule, seed)
+                    for seed, batch_size in itertools.product(config.get("seeds", []), config.get("batch_sizes", [])):
+                        key = (model, task, sample, temperature, rule, seed, batch_size)
                         missing = arms - done.get(key, set())
                         if missing:
                             label = group_label(dict(zip(GROUP_FIELDS, key)))
-                            return [Damage(INDEX_FILE, f"group {label} lacks {'every arm' if missing == arms else 'arms ' + _arms(sorted(missing))} "
+                            lacked = "every arm" if missing == arms else "arms " + _arms(sorted(missing))
+                            return [Damage(INDEX_FILE, f"group {label} lacks {lacked} "
                                                        "of the config the manifest records")]
     return []
 
@@ -397,7 +401,8 @@ def _summary_problems(summary: Path, manifest: dict[str, Any], rows: pa.Table) -
     recorded = json.loads((table.schema.metadata or {}).get(SUMMARY_METADATA, b"{}"))
     for key in ("config", "seeds", "inputs"):
         if recorded.get(key) != manifest.get(key):
-            return [Damage(SUMMARY_FILE, f"its metadata's {key} differs from {MANIFEST_FILE}'s (one of them was edited)")]
+            return [Damage(SUMMARY_FILE,
+                           f"its metadata's {key} differs from {MANIFEST_FILE}'s (one of them was edited)")]
     expected = summarize(rows)
     if table.schema.names != expected.schema.names or table.num_rows != expected.num_rows:
         return [Damage(SUMMARY_FILE, f"has {table.num_rows} arms and other columns than the {expected.num_rows} arms "

@@ -28,8 +28,8 @@ import pyarrow as pa
 from harness.bootstrap import interval, resampled_speedups, versus_best
 from harness.schema import arrow_schema
 
-SUMMARY_KEY = ("model", "proposer", "task", "temperature", "rule", "budget")
-CELL_KEY = ("model", "task", "temperature", "rule", "budget")
+SUMMARY_KEY = ("model", "proposer", "task", "temperature", "rule", "budget", "batch_size")
+CELL_KEY = ("model", "task", "temperature", "rule", "budget", "batch_size")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,8 @@ class SummaryRow:
     temperature: float
     rule: str
     budget: int
+    batch_size: int
+    """Prompts decoded together, plain and speculative alike: `speedup_wall` compares them at the same size."""
     proposer_kind: str
     trained_on: str | None
     chosen_budgets: list[int]
@@ -69,7 +71,12 @@ class SummaryRow:
     plain_nfe_per_token: float
     spec_nfe_per_token: float
     plain_tokens_per_s: float | None
+    """Job throughput: tokens per second of worker time (rows' walls are their shares of their
+    batches, so their sum is the time the workers spent), per worker."""
     spec_tokens_per_s: float | None
+    plain_prompts_per_s: float | None
+    """... and prompts per second of worker time, per worker."""
+    spec_prompts_per_s: float | None
     proposer_share: float | None
     """Of the speculative arm's wall time, the share spent in the proposer."""
     target_share: float | None
@@ -158,6 +165,8 @@ def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str
         "spec_nfe_per_token": total["spec_nfe"] / max(1, total["spec_tokens"]),
         "plain_tokens_per_s": total["plain_tokens"] / total["plain_wall_s"] if total["plain_wall_s"] else None,
         "spec_tokens_per_s": total["spec_tokens"] / wall if wall else None,
+        "plain_prompts_per_s": n / total["plain_wall_s"] if total["plain_wall_s"] else None,
+        "spec_prompts_per_s": n / wall if wall else None,
         "proposer_share": total["spec_proposer_s"] / wall if wall else None,
         "target_share": total["spec_target_s"] / wall if wall else None,
         "plain_engine_share":

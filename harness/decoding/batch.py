@@ -51,7 +51,7 @@ def decode_batch(target: Any, generations: Iterable[Decoding], batch_size: int =
         raise ValueError(f"the batch size must be >= 1, got {batch_size}")
     pending = iter(enumerate(generations))
     active: dict[int, tuple[Decoding, Pass]] = {}
-    clock: dict[int, list[float]] = {}  # per generation: [own time, target share]
+    clock: dict[int, list] = {}  # per generation: [own time, target share, passes]
     done: dict[int, Generation] = {}
 
     def resume(index: int, loop: Decoding, value: Any) -> None:
@@ -60,12 +60,14 @@ def decode_batch(target: Any, generations: Iterable[Decoding], batch_size: int =
             request = loop.send(value)
         except StopIteration as stop:
             clock[index][0] += time.perf_counter() - before
-            own, share = clock.pop(index)
+            own, share, passes = clock.pop(index)
             done[index] = stop.value
-            stop.value.metrics.target_s = share
-            stop.value.metrics.wall_s = own + share
+            if passes:  # a loop that never asked for a pass (an unbatched one) timed itself
+                stop.value.metrics.target_s = share
+                stop.value.metrics.wall_s = own + share
             return
         clock[index][0] += time.perf_counter() - before
+        clock[index][2] += 1
         active[index] = (loop, request)
 
     exhausted = False
@@ -75,7 +77,7 @@ def decode_batch(target: Any, generations: Iterable[Decoding], batch_size: int =
             if item is None:
                 exhausted = True
                 break
-            clock[item[0]] = [0.0, 0.0]
+            clock[item[0]] = [0.0, 0.0, 0]
             resume(item[0], item[1], None)
         if not active:
             break

@@ -29,6 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rule", default="top1")
     parser.add_argument("--temperature", default="0")
     parser.add_argument("--seed", default="0")
+    parser.add_argument("--batch-size", help="prompts decoded together (default 8, as run's)")
     parser.add_argument("--proposer", default="confidence")
     parser.add_argument("--budget", default="8")
     parser.add_argument("--samples", default="3", help="sample outputs to show")
@@ -40,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 FLAGS = {"models": "--model", "proposers": "--proposer", "tasks": "--task", "split": "--split", "limit": "--limit",
          "temperatures": "--temperature", "rules": "--rule", "budgets": "--budget", "seeds": "--seed",
-         "gen_length": "--gen-length", "block_length": "--block-length", "num_fewshot": "--fewshot"}
+         "gen_length": "--gen-length", "block_length": "--block-length", "num_fewshot": "--fewshot",
+         "batch_sizes": "--batch-size"}
 """This command's flag for each suite setting, for messages."""
 
 
@@ -61,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
              "limit": args.limit, "temperatures": [args.temperature], "rules": [args.rule],
              "budgets": [args.budget], "seeds": [args.seed], "gen_length": args.gen_length,
              "block_length": args.block_length, "num_fewshot": args.fewshot, "device": args.device,
+             "batch_sizes": None if args.batch_size is None else [args.batch_size],
              "dtype": args.dtype}
     # without --fewshot each task keeps its own default, unlike a run (zero-shot zoo models)
     suite = build_suite({"num_fewshot": None}, flags, FLAGS)
@@ -71,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     if suite.num_fewshot and not hasattr(task, "num_fewshot"):
         raise UserError(f"task {args.task!r} is zero-shot only; drop --fewshot")
     samples = task.load(suite.split, limit=suite.limit)
-    rows = [dataclasses.asdict(row) for sample in samples
-            for group in evaluator.evaluate(Unit(args.model, args.task, sample, suite.groups())) for row in group]
+    rows = [dataclasses.asdict(row)
+            for group in evaluator.evaluate(Unit(args.model, args.task, tuple(samples), suite.groups())) for row in group]
     [summary] = summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
     report = summary | {"samples": [
         {"question": sample.question, "output": row["completion"], "correct": row["correct"]}

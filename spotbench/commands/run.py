@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rules", help="top1 and/or threshold:TAU, TAU in (0, 1]")
     parser.add_argument("--budgets", help="comma-separated draft budgets >= 0")
     parser.add_argument("--seeds", help="comma-separated seeds in [0, 2**64)")
+    parser.add_argument("--batch-size", help="prompts a worker decodes together (default 8); comma-separated "
+                                             "sizes give one table per size (e.g. 1,4,16)")
     parser.add_argument("--gen-length")
     parser.add_argument("--block-length")
     parser.add_argument("--fewshot", help="few-shot examples for tasks that have them")
@@ -65,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     suite = build_suite(settings, {
         "models": args.models, "proposers": args.proposers, "tasks": args.tasks, "split": args.split,
         "limit": args.limit, "temperatures": args.temperatures, "rules": args.rules,
-        "budgets": args.budgets, "seeds": args.seeds, "gen_length": args.gen_length,
+        "budgets": args.budgets, "seeds": args.seeds, "batch_sizes": args.batch_size, "gen_length": args.gen_length,
         "block_length": args.block_length, "num_fewshot": args.fewshot, "exact": args.exact,
         "ar_sampling": args.ar_sampling,
         "mask_id": args.mask_id, "eos_id": args.eos_id, "chat_template": args.chat_template,
@@ -92,16 +94,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 COLUMNS = [("model", "{}"), ("task", "{}"), ("T", "{:g}"), ("rule", "{}"), ("proposer", "{}"),
-           ("budget", "{}"), ("n", "{}"), ("exact", "{:.0%}"), ("accept", "{:.2f}"),
+           ("budget", "{}"), ("batch", "{}"), ("n", "{}"), ("exact", "{:.0%}"), ("accept", "{:.2f}"),
            ("speedup_nfe", "{:.2f}x"), ("95% interval", "{0[0]:.2f}-{0[1]:.2f}"), ("speedup_wall", "{:.2f}x"),
-           ("predicted", "{:.2f}x"), ("tok/s", "{:.1f}"), ("accuracy", "{:.1%}")]
+           ("predicted", "{:.2f}x"), ("plain tok/s", "{:.1f}"), ("tok/s", "{:.1f}"), ("accuracy", "{:.1%}")]
 TRANSFER_COLUMNS = [("model", "{}"), ("task", "{}"), ("T", "{:g}"), ("rule", "{}"), ("budget", "{}"),
                     ("proposer", "{}"), ("trained on", "{}"), ("n", "{}"), ("exact", "{:.0%}"),
                     ("speedup_nfe", "{:.3f}x"), ("95% interval", "{0[0]:.2f}-{0[1]:.2f}"),
                     ("vs best baseline", "{:.3f}"), ("95% interval ", "{0[0]:.3f}-{0[1]:.3f}"), ("best", "{}"),
                     ("of oracle", "{:.2f}"), ("speedup_wall", "{:.2f}x")]
-FIELDS = {"T": "temperature", "exact": "exact_rate", "accept": "mean_accept_len", "95% interval": "speedup_nfe_ci95",
-          "tok/s": "spec_tokens_per_s", "predicted": "predicted_speedup_wall", "trained on": "trained_on", "vs best baseline": "vs_best_baseline",
+FIELDS = {"T": "temperature", "batch": "batch_size", "exact": "exact_rate", "accept": "mean_accept_len", "95% interval": "speedup_nfe_ci95",
+          "tok/s": "spec_tokens_per_s", "plain tok/s": "plain_tokens_per_s", "predicted": "predicted_speedup_wall", "trained on": "trained_on", "vs best baseline": "vs_best_baseline",
           "95% interval ": "vs_best_baseline_ci95", "best": "best_baseline", "of oracle": "oracle_fraction"}
 
 
@@ -111,7 +113,7 @@ def render_summary(rows: list[dict], columns: list[tuple[str, str]] = COLUMNS) -
     from harness.results import AUTO
 
     cells = [[name.strip() for name, _ in columns]]
-    for row in sorted(rows, key=lambda r: [r[k] for k in ("model", "task", "temperature", "rule")]):
+    for row in sorted(rows, key=lambda r: [r[k] for k in ("model", "task", "temperature", "rule", "batch_size")]):
         chosen = ",".join(map(str, row["chosen_budgets"]))
         row = row | {"budget": f"auto:{chosen}" if row["budget"] == AUTO else row["budget"]}
         cells.append([_fmt(fmt, row[FIELDS.get(name, name)]) for name, fmt in columns])

@@ -13,7 +13,8 @@ from cluster.suite import Suite
 from harness.results import KEY_FIELDS
 
 SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence", "oracle"), limit=3,
-              temperatures=(0.0, 1.0), budgets=(0, 4), gen_length=16, block_length=8, workers=2)
+              temperatures=(0.0, 1.0), budgets=(0, 4), gen_length=16, block_length=8, workers=2,
+              batch_sizes=(1,))  # units of 2 prompts: a run has units to spread, retry and resume
 
 
 @pytest.fixture(scope="module", autouse=True)

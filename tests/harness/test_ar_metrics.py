@@ -57,7 +57,8 @@ def test_draft_forwards_on_the_target_count_as_target_forwards() -> None:
 def rejection_rows() -> tuple[dict, ...]:
     evaluator = Evaluator(SUITE)
     return tuple(dataclasses.asdict(row) for sample in get_task("arith").load("test", limit=2)
-                 for group in evaluator.evaluate(Unit("tiny-random-ar", "arith", sample, SUITE.groups("tiny-random-ar")))
+                 for group in evaluator.evaluate(Unit("tiny-random-ar", "arith", (sample,),
+                                                      SUITE.groups("tiny-random-ar")))
                  for row in group)
 
 
@@ -76,19 +77,23 @@ def test_rejection_rows_are_checked_at_t0_and_reported_in_distribution_above() -
 
 def test_summary_gate_and_report_keep_distribution_rows_apart(tmp_path) -> None:
     rows = rejection_rows()
-    summary = {(r["proposer"], r["temperature"]): r for r in summarize(pa.Table.from_pylist(list(rows), schema=ROW_SCHEMA)).to_pylist()}
+    summary = {(r["proposer"], r["temperature"]): r
+               for r in summarize(pa.Table.from_pylist(list(rows), schema=ROW_SCHEMA)).to_pylist()}
     assert summary["draft-model:tiny-random-ar:1", 1.0]["exact_rate"] is None
     assert summary["draft-model:tiny-random-ar:1", 1.0]["distribution_n"] == 2
     assert summary["draft-model:tiny-random-ar:1", 0.0]["exact_rate"] == 1.0
     for arm in summary.values():
         members = [r for r in rows if (r["proposer"], r["temperature"]) == (arm["proposer"], arm["temperature"])]
         nfe = sum(r["spec_nfe"] for r in members)
-        assert arm["tokens_per_target_forward"] == arm["mean_accept_len"] == sum(r["spec_commits"] for r in members) / nfe
-        assert arm["accept_rate_per_depth"] == [sum(r["accepted_per_depth"][d] for r in members) / nfe for d in range(3)]
+        commits = sum(r["spec_commits"] for r in members)
+        assert arm["tokens_per_target_forward"] == arm["mean_accept_len"] == commits / nfe
+        assert arm["accept_rate_per_depth"] == [sum(r["accepted_per_depth"][d] for r in members) / nfe
+                                                for d in range(3)]
         assert arm["ar_sampling"] == "rejection"
     checks = gate(list(summary.values()), list(summary.values()), "complete")
     assert all(c.ok for c in checks)
-    assert [c.allowed for c in checks if c.metric == "exact_rate" and c.value is None] == ["not token-checked (distribution)"] * 2
+    assert [c.allowed for c in checks if c.metric == "exact_rate" and c.value is None] == [
+        "not token-checked (distribution)"] * 2
     broken = [r | {"exact": False, "verdict": "logic-error"} if r["temperature"] == 0 else r for r in rows]
     worse = summarize(pa.Table.from_pylist(broken, schema=ROW_SCHEMA)).to_pylist()
     assert not all(c.ok for c in gate(worse, worse, "complete"))  # a checked row that diverges still fails

@@ -19,11 +19,14 @@ SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence",), limit=4, 
 def rows() -> list[dict]:
     evaluator = Evaluator(SUITE)
     samples = get_task("arith").load("test", limit=4)
-    return [dataclasses.asdict(r) for s in samples for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", s, SUITE.groups()))
+    return [dataclasses.asdict(r) for s in samples for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), SUITE.groups()))
             for r in g]
 
 
-def write_run(path, rows, status="complete", config=SUITE.config()) -> str:
+CONFIG = SUITE.config()
+
+
+def write_run(path, rows, status="complete", config=CONFIG) -> str:
     """A run directory of `rows` under `config` (each prompt of the arith split it holds, as a run of
     `config` on a 4-prompt split would)."""
     run = RunDir.open(path, config, [0], split_sizes={"arith": len({r["sample_id"] for r in rows})})
@@ -67,7 +70,7 @@ def test_a_regressed_run_fails_with_a_table(tmp_path, rows, capsys) -> None:
 
 def test_a_small_accuracy_drop_within_the_wilson_bound_passes(rows) -> None:
     base = {"model": "m", "proposer": "p", "task": "t", "temperature": 0.0, "rule": "top1", "budget": 4,
-            "n": 20, "correct": 10, "accuracy": 0.5, "exact_rate": 1.0, "mean_accept_len": 2.0,
+            "batch_size": 1, "n": 20, "correct": 10, "accuracy": 0.5, "exact_rate": 1.0, "mean_accept_len": 2.0,
             "speedup_nfe": 2.0, "speedup_wall": 1.5}
     ok = gate([base | {"accuracy": 0.35}], [base], "complete")
     assert all(c.ok for c in ok)

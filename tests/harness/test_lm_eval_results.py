@@ -31,7 +31,7 @@ def run(tmp_path_factory) -> RunDir:
                       split_sizes={"arith": SUITE.limit})
     evaluator = Evaluator(SUITE)
     for sample in get_task("arith").load("test", limit=SUITE.limit):
-        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", sample, SUITE.groups())):
+        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), SUITE.groups())):
             run.write_group(rows)
     run.write_summary()
     run.end_session("complete")

@@ -21,7 +21,7 @@ def run_dir(tmp_path_factory) -> RunDir:
     run = RunDir.open(tmp_path_factory.mktemp("report") / "run", SUITE.config(), [0], split_sizes={"arith": 2})
     evaluator = Evaluator(SUITE)
     for sample in get_task("arith").load("test", limit=2):
-        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", sample, SUITE.groups())):
+        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), SUITE.groups())):
             assert group_id(dataclasses.asdict(rows[0])) and run.write_group(rows)
     run.write_summary()
     run.update_manifest(status="complete", sessions=[{"loads": evaluator.loads}])

@@ -25,14 +25,15 @@ def groups() -> list[list[Row]]:
     """Real rows: two prompts of a tiny target through the worker's evaluation."""
     evaluator = Evaluator(SUITE)
     samples = get_task("arith").load("test", limit=2)
-    return [rows for s in samples for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", s, SUITE.groups()))]
+    return [rows for s in samples for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), SUITE.groups()))]
 
 def test_rows_match_the_schema_and_carry_both_arms(groups) -> None:
     assert len(groups) == 2 and all(len(rows) == 4 for rows in groups)
     row = dataclasses.asdict(groups[0][1])
     assert list(row) == ROW_SCHEMA.names
     assert (row["proposer"], row["budget"]) == ("confidence", 4)
-    assert row["speedup_nfe"] == row["plain_nfe"] / row["spec_nfe"] == row["plain_target_forwards"] / row["spec_target_forwards"]
+    assert (row["speedup_nfe"] == row["plain_nfe"] / row["spec_nfe"]
+            == row["plain_target_forwards"] / row["spec_target_forwards"])
     assert (row["ar_sampling"], row["spec_draft_model_forwards"]) == ("coupled", 0)
     assert row["exact"] and row["verdict"] == "exact" and row["divergence_step"] is None
     assert (row["proposer_kind"], row["trained_on"]) == ("baseline", None)
@@ -74,18 +75,20 @@ def test_groups_are_written_once_atomically_with_a_recorded_digest(tmp_path, gro
 
 
 def test_group_id_and_file_names_are_fixed_functions_of_the_key() -> None:
-    key = {"model": "m", "task": "t", "sample_id": "test/0", "temperature": 0.0, "rule": "top1", "seed": 0}
+    key = {"model": "m", "task": "t", "sample_id": "test/0", "temperature": 0.0, "rule": "top1", "seed": 0,
+           "batch_size": 8}
     assert group_id(key) == group_id(dict(reversed(list(key.items()))))
-    assert group_id(key) != group_id(key | {"seed": 1})
+    assert group_id(key) != group_id(key | {"seed": 1}) != group_id(key | {"batch_size": 1})
     # the name format is part of the schema: changing it would orphan every existing run directory
-    assert group_id(key) == hashlib.sha256(b'["m","t","test/0",0.0,"top1",0]').hexdigest()[:20]
+    assert group_id(key) == hashlib.sha256(b'["m","t","test/0",0.0,"top1",0,8]').hexdigest()[:20]
     arms_hash = hashlib.sha256(b'[["a",2],["b",4]]').hexdigest()[:8]
     assert part_name("g", [("b", 4), ("a", 2)]) == f"g-{arms_hash}.parquet" == part_name("g", [("a", 2), ("b", 4)])
 
 
 def test_config_changes_that_extend_and_that_refuse() -> None:
     old = SUITE.config()
-    grown = compare(old, old | {"budgets": [0, 4, 8], "limit": 5, "seeds": [0, 1], "proposers": ["oracle", "confidence"]})
+    grown = compare(old, old | {"budgets": [0, 4, 8], "limit": 5, "seeds": [0, 1],
+                                "proposers": ["oracle", "confidence"]})
     assert set(grown.extended) == {"budgets", "limit", "seeds", "proposers"} and not grown.refused
     for setting, value in (("gen_length", 32), ("block_length", 16), ("exact", True), ("split", "train"),
                            ("limit", 1), ("budgets", [4]), ("num_fewshot", 2)):
@@ -123,7 +126,7 @@ def test_other_bytes_of_a_recorded_input_are_refused(tmp_path) -> None:
     RunDir.open(tmp_path / "run", SUITE.config(), [0], inputs=inputs)
     RunDir.open(tmp_path / "run", SUITE.config(), [0], inputs=inputs | {"checkpoints": {"spot:y": "c" * 64}})
     assert RunDir(tmp_path / "run").manifest()["inputs"]["checkpoints"] == {"spot:x": "a" * 64, "spot:y": "c" * 64}
-    with pytest.raises(UserError, match="other bytes .*checkpoint spot:x"):
+    with pytest.raises(UserError, match=r"other bytes .*checkpoint spot:x"):
         RunDir.open(tmp_path / "run", SUITE.config(), [0], inputs={"checkpoints": {"spot:x": "d" * 64}})
 
 
@@ -183,7 +186,7 @@ def test_exact_mode_rows_are_float64_and_exact() -> None:
     suite = Suite(**{**SUITE.__dict__, "exact": True, "proposers": ("confidence",), "budgets": (4,),
                      "temperatures": (1.0,)})
     sample = get_task("arith").load("test", limit=1)[0]
-    [[row]] = Evaluator(suite).evaluate(Unit(suite.models[0], "arith", sample, suite.groups()))
+    [[row]] = Evaluator(suite).evaluate(Unit(suite.models[0], "arith", (sample,), suite.groups()))
     assert row.exact_mode and row.near_tie_tolerance == 1e-9
     assert row.exact and row.spec_completion == row.completion
 

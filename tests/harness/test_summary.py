@@ -27,7 +27,7 @@ def summary(tmp_path_factory) -> list[dict]:
                   temperatures=(0.0, 1.0), budgets=(2, 5), gen_length=16, block_length=8)
     evaluator = Evaluator(suite)
     rows = [dataclasses.asdict(row) for model in suite.models for sample in get_task("arith").load("test", limit=3)
-            for group in evaluator.evaluate(Unit(model, "arith", sample, suite.groups())) for row in group]
+            for group in evaluator.evaluate(Unit(model, "arith", (sample,), suite.groups())) for row in group]
     return summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
 
 

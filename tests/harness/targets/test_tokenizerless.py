@@ -148,6 +148,6 @@ def test_a_run_worker_decodes_an_ids_task(tmp_path):
     suite = Suite(models=(str(folder),), proposers=("confidence",), tasks=(f"ids:{prompts}",), budgets=(4,),
                   temperatures=(0.0,), gen_length=16, block_length=8, limit=1, mask_id=2)
     [sample] = get_task(f"ids:{prompts}").load()
-    [[row]] = Evaluator(suite).evaluate(Unit(str(folder), f"ids:{prompts}", sample, ((0.0, "top1", 0),)))
+    [[row]] = Evaluator(suite).evaluate(Unit(str(folder), f"ids:{prompts}", (sample,), ((0.0, "top1", 0),)))
     assert row.prompt_tokens == 4 and row.exact and row.correct is None and row.chat_template == "none"
     assert row.spec_nfe <= row.plain_nfe and row.plain_answer_ids == row.spec_answer_ids

@@ -95,7 +95,8 @@ def test_the_transfer_view_shows_learned_arms_against_the_best_baseline_and_the_
                              "limit": 2, "temperatures": [0.0], "budgets": [3], "gen_length": 16, "block_length": 8})
     evaluator = Evaluator(suite)
     rows = [dataclasses.asdict(r) for sample in get_task("arith").load("test", limit=2)
-            for group in evaluator.evaluate(Unit("tiny-random:sdar", "arith", sample, suite.groups())) for r in group]
+            for group in evaluator.evaluate(Unit("tiny-random:sdar", "arith", (sample,), suite.groups()))
+            for r in group]
     summary = summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
     header, *lines = render_summary(summary, TRANSFER_COLUMNS).splitlines()
     assert "vs best baseline" in header and "of oracle" in header and "trained on" in header
