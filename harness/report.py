@@ -71,7 +71,7 @@ def _header(manifest: dict[str, Any], rows: int) -> str:
 
 
 def _speedup_charts(summary: list[dict], colour: dict[str, str]) -> str:
-    panels = defaultdict(lambda: defaultdict(list))
+    panels: defaultdict[str, defaultdict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in summary:
         if r["budget"] != AUTO:  # an auto arm has no place on the budget axis: its own table below
             panels[_panel(r)][r["proposer"]].append(r)
@@ -145,7 +145,7 @@ def _accuracy_charts(summary: list[dict]) -> str:
 
 
 def _exactness_table(summary: list[dict], rows: list[dict]) -> str:
-    verdicts = defaultdict(lambda: defaultdict(int))
+    verdicts: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in rows:
         verdicts[_arm(r)][r["verdict"]] += 1
     head = ("<tr><th>arm</th><th>n</th><th>exact</th><th>near-tie</th><th>logic-error</th><th>distribution</th>"
@@ -176,9 +176,11 @@ def _ar_table(summary: list[dict]) -> str:
 
 
 def _throughput_table(summary: list[dict]) -> str:
-    """Per arm: tokens/s of plain and speculative decoding, the speculative wall split into target,
-    proposer and engine (the plain reference's engine share beside it) and per-prompt latency."""
-    head = ("<tr><th>arm</th><th>tok/s plain</th><th>tok/s spec</th><th>target</th><th>proposer</th><th>engine</th>"
+    """Per arm (its batch size in its name): tokens/s and prompts/s of plain and speculative decoding
+    per worker, the speculative wall split into target, proposer and engine (the plain reference's
+    engine share beside it) and per-prompt wall (a prompt's share of its batch's time)."""
+    head = ("<tr><th>arm</th><th>tok/s plain</th><th>tok/s spec</th><th>prompts/s plain</th><th>prompts/s spec</th>"
+            "<th>target</th><th>proposer</th><th>engine</th>"
             "<th>plain engine</th><th>latency plain p50 / p90 / p99 s</th><th>latency spec p50 / p90 / p99 s</th></tr>")
     rows = []
     for r in summary:
@@ -186,14 +188,15 @@ def _throughput_table(summary: list[dict]) -> str:
         engine = None if target is None or proposer is None else 1 - target - proposer
         rows.append(
             f"<tr><td>{_e(_arm(r))}</td><td>{_num(r['plain_tokens_per_s'])}</td><td>{_num(r['spec_tokens_per_s'])}</td>"
+            f"<td>{_num(r.get('plain_prompts_per_s'), 2)}</td><td>{_num(r.get('spec_prompts_per_s'), 2)}</td>"
             f"<td>{_pct(target)}</td><td>{_pct(proposer)}</td><td>{_pct(engine)}</td>"
             f"<td>{_pct(r.get('plain_engine_share'))}</td><td>{_latency(r.get('plain_latency_s'))}</td>"
             f"<td>{_latency(r.get('spec_latency_s'))}</td></tr>")
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}"
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _latency(values: list[float] | None) -> str:
@@ -304,7 +307,7 @@ def _ticks(top: float) -> list[float]:
 
 
 def _panel(r: dict) -> str:
-    return f"{r['model']}/{r['task']} T={r['temperature']:g} {r['rule']}"
+    return f"{r['model']}/{r['task']} T={r['temperature']:g} {r['rule']} batch {r['batch_size']}"
 
 
 def _arm(r: dict) -> str:

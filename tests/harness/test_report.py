@@ -41,7 +41,7 @@ def test_the_report_is_one_self_contained_page_with_every_plot(run_dir, capsys) 
     assert page.count("<svg") == 2 + 4 + 1 + 1
     assert page.count("<path") == 2  # the accuracy bars' Wilson intervals (T=0, T=1)
     assert page.count("<polyline") == 2 * 2 * 2  # per panel: nfe and wall line per proposer
-    assert "tiny-random:sdar/arith T=1 top1 oracle@4" in page
+    assert "tiny-random:sdar/arith T=1 top1 batch 8 oracle@4" in page
     assert "Model loads per worker" in page and "<td>tiny-random:sdar</td><td>cpu</td><td>float32</td>" in page
     assert page.count("p99 s</th>") == 2 and re.search(r"<td>\d+\.\d\d / \d+\.\d\d / \d+\.\d\d</td>", page)
 
