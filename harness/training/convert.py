@@ -38,7 +38,7 @@ from torch import Tensor
 from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.targets import adapter
-from harness.targets.converted import convert, save_converted
+from harness.targets.converted import convert, is_converted, save_converted
 from harness.targets.target import DLMTarget
 from harness.training.loop import TrainingRun
 from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text
@@ -209,11 +209,27 @@ def heldout_loss(target: DLMTarget, examples: list[Sequence], recipe: ConvertRec
     return total / max(1, len(examples))
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """A conversion writes only into a folder of its own: an --out that holds something else (a zoo
+    model, another checkpoint) would have its model/ replaced, so it is refused."""
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir():
+        raise UserError(f"--out {out_dir} is a file; give a folder for the conversion")
+    ours = {STATE_FILE, MODEL_DIR, MODEL_DIR + ".tmp", Path(STATE_FILE).with_suffix(".tmp").name}
+    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in ours)
+    model = out_dir / MODEL_DIR
+    if foreign or (model.exists() and not is_converted(model)):
+        what = foreign[0] if foreign else f"{MODEL_DIR}/ that is not a converted target"
+        raise UserError(f"--out {out_dir} holds {what}, not a conversion run; give a new folder")
+
+
 def train_conversion(recipe: ConvertRecipe, base, pairs: list[tuple[list[int], list[int]]], out_dir: Path,
                      stop_after_s: float | None = None) -> dict:
     """Train (or resume) into `out_dir` on (prompt ids, answer ids) pairs of train splits; stop after
     `stop_after_s` seconds at a checkpoint (a later call resumes). Returns the training report."""
     recipe.check(f"recipe {recipe.name}")
+    check_out_dir(out_dir)
     data = sequences(pairs, recipe, base.eos_id)
     validation, training = data[: recipe.validation_examples], data[recipe.validation_examples :]
     if recipe.train_examples:

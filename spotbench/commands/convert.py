@@ -27,10 +27,11 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.errors import UserError
     from harness.targets.registry import load_target, target_kind
-    from harness.training.convert import ConvertRecipe, train_conversion
+    from harness.training.convert import ConvertRecipe, check_out_dir, train_conversion
     from spotbench.commands.train_drafter import task_pairs
 
     recipe = ConvertRecipe.load(args.recipe, args.steps)
+    check_out_dir(Path(args.out))
     if args.stop_after_minutes is not None and not args.stop_after_minutes > 0:
         raise UserError(f"--stop-after-minutes must be positive, got {args.stop_after_minutes}")
     if args.threads is not None:

@@ -76,3 +76,15 @@ def test_a_converted_targets_inputs_hash_its_delta_and_its_base(tmp_path) -> Non
     checkpoints = run_inputs(Suite(models=[str(tmp_path / "conv")], proposers=["confidence"]))["checkpoints"]
     assert str(tmp_path / "conv") in checkpoints  # adapter.safetensors and converted.json
     assert f"{tmp_path / 'conv'} base tiny-random-ar:1" not in checkpoints  # a base built in code has no files
+
+
+def test_an_out_folder_that_holds_something_else_is_refused(tmp_path, capsys) -> None:
+    """--out zoo/models/sdar-a would have had its model/ replaced by the conversion's."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE)
+    other = tmp_path / "other"
+    (other / "model").mkdir(parents=True)
+    (other / "model" / "config.json").write_text("{}")
+    assert main(["convert", str(recipe), "--out", str(other)]) == 2
+    assert "not a conversion run" in capsys.readouterr().err
+    assert (other / "model" / "config.json").read_text() == "{}"
