@@ -42,7 +42,7 @@ from harness.targets.target import DLMTarget
 CONVERTED_FILE = "converted.json"
 ADAPTER_FILE = "adapter.safetensors"
 FORMAT = "spotbench-converted"
-CONVERTIBLE = {"llama": {}, "qwen2": {"qkv_bias": True}, "qwen3": {"qk_norm": True}}
+CONVERTIBLE: dict[str, dict[str, Any]] = {"llama": {}, "qwen2": {"qkv_bias": True}, "qwen3": {"qk_norm": True}}
 """Causal-LM `model_type`s the converter maps onto `DLMTransformer`, with their switches."""
 
 
@@ -145,6 +145,12 @@ def read_meta(folder: Path) -> dict:
                         "spotbench convert")
     if not (folder / ADAPTER_FILE).is_file():
         raise UserError(f"{folder}: {ADAPTER_FILE} is missing; the folder is not a complete converted target")
+    kinds = {"base": str, "base_hash": str, "mask_id": int, "eos_id": int, "rank": int, "alpha": (int, float)}
+    for key, kind in kinds.items():
+        value = meta[key]
+        if isinstance(value, bool) or not isinstance(value, kind) or (key in ("rank", "alpha") and value <= 0):
+            raise UserError(f"{path}: {key} is {value!r}, not a valid {key.replace('_', ' ')}; write the record "
+                            "with spotbench convert")
     return meta
 
 
@@ -185,8 +191,8 @@ def load_converted(folder: str | Path, dtype: torch.dtype, device: torch.device,
     target = convert(base, meta["mask_id"], meta["rank"], meta["alpha"], name=str(folder))
     if not adapter.load_lora(target.model, weights):
         raise UserError(f"{folder / ADAPTER_FILE}: its matrices do not fit {meta['base']} at rank {meta['rank']}")
-    target.eos_id = meta["eos_id"]
     vocab = target.vocab_size
+    target.eos_id = check_token_id(meta["eos_id"], vocab, "eos id", f"a correct eos_id in {CONVERTED_FILE}")
     if mask_id is not None:
         target.mask_id = check_token_id(mask_id, vocab, "mask id", "--mask-id")
     if eos_id is not None:

@@ -158,3 +158,17 @@ def test_an_unknown_architecture_is_refused() -> None:
 
 def test_the_recipe_is_a_dataclass_of_known_fields() -> None:
     assert {f.name for f in dataclasses.fields(ConvertRecipe)} >= {"base", "mask_id", "block_length", "rank"}
+
+
+@pytest.mark.parametrize("key, value", [("rank", "8"), ("alpha", 0), ("mask_id", 10**9), ("eos_id", -1),
+                                        ("base", 3), ("rank", 5)])
+def test_a_forged_record_is_one_line(tmp_path, key: str, value) -> None:
+    target = convert(tiny_random_ar(1), mask_id=5, rank=4, alpha=8.0)
+    meta = {"base": "tiny-random-ar:1", "base_hash": adapter.weights_hash(tiny_random_ar(1).model), "rank": 4,
+            "alpha": 8.0}
+    save_converted(target, tmp_path / "model", meta)
+    record = json.loads((tmp_path / "model" / CONVERTED_FILE).read_text())
+    (tmp_path / "model" / CONVERTED_FILE).write_text(json.dumps(record | {key: value}))
+    with pytest.raises(UserError) as error:
+        load_converted(tmp_path / "model", torch.float32, torch.device("cpu"))
+    assert len(str(error.value).splitlines()) == 1
