@@ -30,6 +30,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from harness.errors import UserError
 
@@ -97,7 +98,9 @@ def check_token(target: str, address: str) -> None:
         with grpc.insecure_channel(target) as channel:
             try:
                 gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
-                    gcs_service_pb2.GetClusterIdRequest(), timeout=10, metadata=metadata)
+                    # protobuf builds its message classes at import: the generated module declares none
+                    gcs_service_pb2.GetClusterIdRequest(),  # type: ignore[attr-defined]
+                    timeout=10, metadata=metadata)
             except grpc.RpcError as error:
                 return error.code()
         return None
@@ -152,7 +155,7 @@ def quiet_stdout() -> contextlib.AbstractContextManager:
 def _init(address: str | None, temp_dir: str | None) -> None:
     import ray
 
-    options = {"logging_level": logging.WARNING, "log_to_driver": False, "namespace": NAMESPACE}
+    options: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False, "namespace": NAMESPACE}
     try:
         if address:
             ray.init(address=address, **options)

@@ -13,7 +13,7 @@ import dataclasses
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from cluster.provenance import measure_load
 from cluster.suite import Suite
@@ -127,7 +127,7 @@ class Evaluator:
         key = (unit.model, unit.task, temperature, rule, arm.proposer)
         if key not in self._chosen:
             from harness.budget import choose_budget, measure_pass_cost, predict
-            from harness.decoding import DecodeConfig, parse_rule, plain_decode
+            from harness.decoding import DecodeConfig, Proposer, parse_rule, plain_decode
             from proposers import build_proposer
 
             target, task = self.target(unit.model), self.task(unit.task)
@@ -139,8 +139,10 @@ class Evaluator:
             if cost_key not in self._costs:
                 self._costs[cost_key] = measure_pass_cost(target, prompts[0], config)
             plains = [(plain_decode(target, ids, config, keep_logits=True), config) for ids in prompts]
-            best = choose_budget(predict(plains, lambda plain: build_proposer(arm.proposer, target, plain),
-                                         self._costs[cost_key]))
+            # `auto` budgets are chosen for diffusion targets only, whose proposers are `Proposer`s
+            best = choose_budget(predict(
+                plains, lambda plain: cast(Proposer, build_proposer(arm.proposer, target, plain)),
+                self._costs[cost_key]))
             self._chosen[key] = dataclasses.replace(arm, chosen=best.budget,
                                                     predicted_speedup_wall=best.speedup_wall)
         return self._chosen[key]

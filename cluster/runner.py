@@ -39,7 +39,7 @@ from cluster.evaluate import Evaluator, Unit
 from cluster.provenance import driver_hardware, run_inputs
 from cluster.suite import Suite, check_targets
 from harness.errors import UserError
-from harness.results import RunDir, group_id
+from harness.results import Row, RunDir, group_id
 from harness.store import Verification
 from harness.targets.devices import resolve_device
 
@@ -110,7 +110,8 @@ def plan(suite: Suite, verified: Verification) -> tuple[list[Unit], int]:
                     by_arms: dict[tuple | None, list] = {}
                     for sample in samples:
                         key = {"model": model, "task": task, "sample_id": sample.sample_id, "batch_size": batch_size}
-                        pending = wanted - done.get(group_id(key | dict(zip(("temperature", "rule", "seed"), group))), set())
+                        group_key = key | dict(zip(("temperature", "rule", "seed"), group))
+                        pending = wanted - done.get(group_id(group_key), set())
                         if not pending:
                             skipped += 1
                             continue
@@ -296,7 +297,7 @@ class Dispatcher:
                                f"{MAX_ATTEMPTS} times") from None
         self.queue.appendleft(unit)
         self.stats.retries += 1
-        if self.actors.get(slot) is not actor:  # a later unit of a death already handled
+        if slot not in self.actors or self.actors[slot] is not actor:  # a later unit of a death already handled
             return
         ray.kill(actor, no_restart=True)
         self.stats.worker_deaths += 1
@@ -347,7 +348,7 @@ class Worker:
     def pid(self) -> int:
         return os.getpid()
 
-    def evaluate(self, unit: Unit) -> list[list[dict[str, Any]]]:
+    def evaluate(self, unit: Unit) -> list[list[Row]]:
         return self.evaluator.evaluate(unit)
 
     def loads(self) -> list[dict[str, Any]]:

@@ -24,17 +24,21 @@ from pydantic_core import PydanticCustomError
 
 from harness.errors import UserError
 from harness.validation import (
+    AS_LIST,
+    DISTINCT,
+    NON_EMPTY,
     Count,
+    Counts,
     NonNegativeInt,
-    Seed,
+    Seeds,
     Switch,
-    Temperature,
+    Temperatures,
     Text,
-    accepts,
+    Texts,
+    accepts_check,
     check_fields,
     check_value,
     construct,
-    listed,
     read_mapping,
     rejected,
 )
@@ -60,7 +64,7 @@ def _rule(text: str) -> str:
     return text
 
 
-RuleText = Annotated[accepts(str, "a rule: top1 or threshold:TAU"), AfterValidator(_rule)]
+RuleText = Annotated[str, accepts_check(str, "a rule: top1 or threshold:TAU"), AfterValidator(_rule)]
 
 
 def _device(text: str) -> str:
@@ -90,54 +94,57 @@ def _budget(value: Any) -> int | str:
 
 
 Budget = Annotated[int | str, PlainValidator(_budget)]
-DeviceText = Annotated[accepts(str, "a device: auto, cpu, cuda or cuda:N"), AfterValidator(_device)]
-DtypeText = Annotated[accepts(str, "a dtype: auto, bfloat16, float16, float32 or float64"), AfterValidator(_dtype)]
+TokenId = Annotated[int | None, accepts_check(int, "a token id (a whole number >= 0)", optional=True, ge=0)]
+DeviceText = Annotated[str, accepts_check(str, "a device: auto, cpu, cuda or cuda:N"), AfterValidator(_device)]
+DtypeText = Annotated[str, accepts_check(str, "a dtype: auto, bfloat16, float16, float32 or float64"),
+                      AfterValidator(_dtype)]
 
 
 @dataclass(frozen=True)
 class Suite:
-    models: listed(Text) = ("sdar-a",)
-    proposers: listed(Text) = ("confidence", "spot")
-    tasks: listed(Text) = ("arith",)
+    models: Texts = ("sdar-a",)
+    proposers: Texts = ("confidence", "spot")
+    tasks: Texts = ("arith",)
     split: Text = "test"
     limit: Count = 24
-    temperatures: listed(Temperature) = (0.0, 1.0)
+    temperatures: Temperatures = (0.0, 1.0)
     """0 (greedy) or in [0.001, 1000] (`harness.validation.Temperature`)."""
-    rules: listed(RuleText) = ("top1",)
-    budgets: listed(Budget) = (2, 4, 8)
+    rules: Annotated[tuple[RuleText, ...], AS_LIST, NON_EMPTY, DISTINCT] = ("top1",)
+    budgets: Annotated[tuple[Budget, ...], AS_LIST, NON_EMPTY, DISTINCT] = (2, 4, 8)
     """Draft budgets; `auto`: each worker measures its pass cost and the proposers' acceptance on
     train-split prompts and takes the fastest budget (`harness.budget`)."""
-    seeds: listed(Seed) = (0,)
-    batch_sizes: listed(Count) = (DEFAULT_BATCH_SIZE,)
+    seeds: Seeds = (0,)
+    batch_sizes: Counts = (DEFAULT_BATCH_SIZE,)
     """Prompts a worker decodes together (`harness.decoding.batch.decode_batch`), plain references and
     arms alike: each prompt's tokens and passes are its batch-1 ones, its wall time its share of the
     batch's; one group per prompt and batch size, so `[1, 4, 16]` measures throughput by batch size."""
     gen_length: Count = 64
     block_length: Count = 32
-    num_fewshot: accepts(int, "a whole number >= 0", optional=True, ge=0) = 0
+    num_fewshot: Annotated[int | None, accepts_check(int, "a whole number >= 0", optional=True, ge=0)] = 0
     """Few-shot examples for tasks that have them; None keeps each task's own default."""
-    mask_id: accepts(int, "a token id (a whole number >= 0)", optional=True, ge=0) = None
+    mask_id: TokenId = None
     """The mask token id of every diffusion target, overriding its config and tokenizer (`--mask-id`)."""
-    eos_id: accepts(int, "a token id (a whole number >= 0)", optional=True, ge=0) = None
+    eos_id: TokenId = None
     """The end-of-sequence id of every target, overriding its config and tokenizer (`--eos-id`)."""
-    chat_template: accepts(bool, "true or false", optional=True) = None
+    chat_template: Annotated[bool | None, accepts_check(bool, "true or false", optional=True)] = None
     """None: prompts go through the tokenizer's chat template when it has one (`tasks.chat`); True: asked
     for, so a target without a template (and token-id prompts) is refused; False: raw text."""
-    system_prompt: accepts(str, "non-empty text", optional=True, min_length=1) = None
+    system_prompt: Annotated[str | None, accepts_check(str, "non-empty text", optional=True, min_length=1)] = None
     """A system turn before the prompt, for targets whose chat template is applied."""
     exact: Switch = False
     """Exactness mode: float64 targets, rows evaluated one by one (any divergence is then a bug)."""
-    ar_sampling: accepts(str, "coupled or rejection", pattern="^(coupled|rejection)$") = "coupled"
+    ar_sampling: Annotated[str, accepts_check(str, "coupled or rejection", pattern="^(coupled|rejection)$")] = "coupled"
     """How AR arms sample: `coupled` (the target's noise shared, token-exact) or `rejection`
     (Leviathan/Chen rejection sampling, lossless in distribution; `harness.decoding.ar_rejection`)."""
     device: DeviceText = "auto"
     """Where each worker decodes: auto (its GPU when it has one, else its CPU), cpu, cuda or cuda:N."""
     dtype: DtypeText = "auto"
     """Target weights: auto (bf16 on a GPU, float32 on a CPU) or a dtype name; exactness mode uses float64."""
-    workers: accepts(int, "a whole number >= 1", optional=True, ge=1) = None
+    workers: Annotated[int | None, accepts_check(int, "a whole number >= 1", optional=True, ge=1)] = None
     """Ray workers; None = as many as the cluster's GPUs hold (`gpus_per_worker` each), or one per CPU
     core of the cluster when it has no GPU or the device is cpu."""
-    gpus_per_worker: accepts(float, "a number of GPUs > 0 (fractions share a GPU)", gt=0, allow_inf_nan=False) = 1.0
+    gpus_per_worker: Annotated[float, accepts_check(float, "a number of GPUs > 0 (fractions share a GPU)", gt=0,
+                                                    allow_inf_nan=False)] = 1.0
     """GPUs each worker reserves on a GPU cluster; 0.5 puts two workers on one GPU."""
 
     def config(self) -> dict[str, Any]:
@@ -232,7 +239,8 @@ def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS, local: bo
     from harness.targets.ar import TINY_AR, folder_of, is_ar_name
     from harness.targets.checkpoint import CONFIG, check_token_id, read_head
     from harness.targets.converted import is_converted
-    from harness.targets.registry import load_target
+    from harness.targets.registry import load_dlm_target, load_target
+    from harness.targets.target import DLMTarget
     from harness.targets.zoo import model_dir, zoo_names
     from tasks.chat import Chat
     from tasks.prompt_ids import PREFIX
@@ -244,6 +252,7 @@ def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS, local: bo
                   for name in suite.tasks if name.startswith(PREFIX)}
     for model in suite.models:
         tokenizer, vocab_size = None, None
+        tiny: DLMTarget | None = None
         if is_ar_name(model):
             if suite.mask_id is not None:
                 raise UserError(f"{flag['mask_id']} is for diffusion targets; {model} is autoregressive and has no "
@@ -254,8 +263,8 @@ def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS, local: bo
             elif (folder_of(model) / CONFIG).is_file():  # a GGUF file's vocabulary is checked where it loads
                 vocab_size = json.loads((folder_of(model) / CONFIG).read_text(encoding="utf-8")).get("vocab_size")
         elif model.startswith("tiny-random"):
-            target = load_target(model)  # built in code, tiny
-            tokenizer, vocab_size = target.tokenizer, target.vocab_size
+            tiny = load_dlm_target(model)  # built in code, tiny
+            tokenizer, vocab_size = tiny.tokenizer, tiny.vocab_size
         elif is_converted(model_dir(model) if model in zoo_names() else model):
             continue  # its base's vocabulary and tokenizer are checked where the base loads
         else:
@@ -276,7 +285,7 @@ def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS, local: bo
         if text_tasks and tokenizer is not None:
             Chat(tokenizer, suite.chat_template, suite.system_prompt).check(model)
         if local and not is_ar_name(model):
-            cfg, family = (target.model.cfg, target.family.name) if model.startswith("tiny-random") else (config, fmt.family)
+            cfg, family = (tiny.model.cfg, tiny.family.name) if tiny is not None else (config, fmt.family)
             check_batch_memory(suite, model, cfg, family, tokenizer, id_prompts, flag_names)
 
 
@@ -304,7 +313,7 @@ def check_batch_memory(suite: Suite, model: str, cfg: Any, family_name: str, tok
             lengths += [len(prompt_ids(task, s, chat)) for s in task.load(suite.split, limit=suite.limit)]
     device = resolve_device(suite.device)
     dtype = torch.float64 if suite.exact else resolve_dtype(suite.dtype, device)
-    budget = max(16 if b == "auto" else b for b in suite.budgets)
+    budget = max(16 if b == "auto" else int(b) for b in suite.budgets)
     batch = max(suite.batch_sizes)
     needed = batch_memory(cfg, family(family_name).attention != "block_causal", batch, budget + 1,
                           max(lengths, default=0), suite.gen_length, suite.block_length, dtype)

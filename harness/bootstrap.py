@@ -10,6 +10,7 @@ cancels out of it.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -17,9 +18,11 @@ from torch import Tensor
 DRAWS = 2000
 LEVEL = 0.95
 
+Arm = TypeVar("Arm", bound=Hashable)
 
-def resampled_speedups(plain_nfe: Sequence[int], spec_nfe: dict[Hashable, Sequence[int]], draws: int = DRAWS,
-                       seed: int = 0) -> dict[Hashable, Tensor]:
+
+def resampled_speedups(plain_nfe: Sequence[int], spec_nfe: dict[Arm, Sequence[int]], draws: int = DRAWS,
+                       seed: int = 0) -> dict[Arm, Tensor]:
     """[draws] speedup_nfe per arm, every draw summing the same prompts (drawn with replacement) for
     every arm; `plain_nfe[i]` and `spec_nfe[arm][i]` are prompt i's passes."""
     count = len(plain_nfe)

@@ -151,11 +151,12 @@ def gate(run: list[dict[str, Any]], baseline: list[dict[str, Any]], status: str 
     if status != "complete":
         checks.append(Check("(run)", "status", None, None, "complete", False))
     by_key = {tuple(r[k] for k in SUMMARY_KEY): r for r in run}
-    for row in run:
-        if row["exact_rate"] is None:  # rejection sampling at T>0: lossless in distribution (a test), not per row
-            checks.append(Check(arm_name(row), "exact_rate", None, None, "not token-checked (distribution)", True))
+    for measured in run:
+        if measured["exact_rate"] is None:  # rejection sampling at T>0: lossless in distribution (a test), not per row
+            checks.append(Check(arm_name(measured), "exact_rate", None, None, "not token-checked (distribution)", True))
         else:
-            checks.append(Check(arm_name(row), "exact_rate", row["exact_rate"], None, "= 1", row["exact_rate"] == 1.0))
+            checks.append(Check(arm_name(measured), "exact_rate", measured["exact_rate"], None, "= 1",
+                                measured["exact_rate"] == 1.0))
     t = thresholds
     for base in baseline:
         arm = arm_name(base)

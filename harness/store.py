@@ -163,9 +163,9 @@ def verify(directory: Path) -> Verification:
     result.entries, result.damage = read_index(directory)
     samples = directory / SAMPLES_DIR
     on_disk = {p.name: p for p in samples.glob("*.parquet")} if samples.is_dir() else {}
-    for name, entry in sorted(result.entries.items()):
+    for name, listed in sorted(result.entries.items()):
         if name not in on_disk:
-            result.damage.append(Damage(f"{SAMPLES_DIR}/{name}", f"missing (listed in {INDEX_FILE})", entry["label"]))
+            result.damage.append(Damage(f"{SAMPLES_DIR}/{name}", f"missing (listed in {INDEX_FILE})", listed["label"]))
     foreign: dict[str, pa.Table] = {}
     for name, path in sorted(on_disk.items()):
         entry = result.entries.get(name)
@@ -179,7 +179,9 @@ def verify(directory: Path) -> Verification:
             problem = f"{problem}; not written by this run (not in {INDEX_FILE})"
         elif hashlib.sha256(data).hexdigest() != entry["sha256"]:
             problem = problem or _changed_rows(table, entry) or "changed since it was written (sha256 differs)"
-        problem = problem or _misfiled(name, table, entry) or _outside_config(table, config)
+        if not problem and entry is not None:  # (a file the index does not list has its problem already)
+            problem = _misfiled(name, table, entry)
+        problem = problem or _outside_config(table, config)
         if problem:
             result.damage.append(Damage(f"{SAMPLES_DIR}/{name}", problem, label))
         else:

@@ -110,7 +110,8 @@ def summarize(rows: pa.Table) -> pa.Table:
     out = []
     for cell_key, arms in sorted(cells.items()):
         draws = _joint_draws(arms)
-        speedups = {arm: _ratio(members, "plain_target_forwards", "spec_target_forwards") for arm, members in arms.items()}
+        speedups = {arm: _ratio(members, "plain_target_forwards", "spec_target_forwards")
+                    for arm, members in arms.items()}
         kinds = {arm: members[0]["proposer_kind"] for arm, members in arms.items()}
         baselines = [arm for arm in arms if kinds[arm] == "baseline"]
         best = max(baselines, key=speedups.__getitem__) if baselines else None
@@ -120,7 +121,7 @@ def summarize(rows: pa.Table) -> pa.Table:
             out.append(_arm_summary(dict(zip(CELL_KEY, cell_key)) | {"proposer": arm}, members) | {
                 "speedup_nfe_ci95": list(interval(draws[arm])),
                 "best_baseline": best if versus else None,
-                "vs_best_baseline": speedups[arm] / speedups[best] if versus else None,
+                "vs_best_baseline": speedups[arm] / speedups[best] if versus and best is not None else None,
                 "vs_best_baseline_ci95":
                     list(interval(versus_best(draws[arm], [draws[b] for b in baselines]))) if versus else None,
                 "oracle_fraction": speedups[arm] / speedups[oracle] if oracle else None,
@@ -195,8 +196,9 @@ def _joint_draws(arms: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     if len(prompt_sets) > 1:
         return {arm: _joint_draws({arm: members})[arm] for arm, members in arms.items()}
     prompts = prompt_sets.pop()
-    plain = [next(iter(sums.values()))[p][0] for p in prompts]
-    return resampled_speedups(plain, {arm: [per_prompt[p][1] for p in prompts] for arm, per_prompt in sums.items()})
+    plain_nfe = [next(iter(sums.values()))[p][0] for p in prompts]
+    return resampled_speedups(plain_nfe,
+                              {arm: [per_prompt[p][1] for p in prompts] for arm, per_prompt in sums.items()})
 
 
 LATENCY_PERCENTILES = (50, 90, 99)

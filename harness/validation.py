@@ -30,8 +30,16 @@ T = TypeVar("T")
 def accepts(base: type, what: str, optional: bool = False, **constraints: Any) -> Any:
     """`base` with pydantic constraints (`ge`, `lt`, `allow_inf_nan`, ...) whose every failure reads
     'must be <what>'; a bool is not a number here (YAML `true` would otherwise pass as 1); with
-    `optional`, None (YAML `null`) is accepted as "not set"."""
-    inner = TypeAdapter(Annotated[base, Field(**constraints)])
+    `optional`, None (YAML `null`) is accepted as "not set". A field annotated
+    `Annotated[base, accepts_check(base, ...)]` (`base | None` when optional) is the same type, spelt
+    so that a type checker reads it."""
+    return Annotated[base, accepts_check(base, what, optional, **constraints)]
+
+
+def accepts_check(base: type, what: str, optional: bool = False, **constraints: Any) -> PlainValidator:
+    """The validator of `accepts(base, what, optional, **constraints)`."""
+    annotation: Any = Annotated[base, Field(**constraints)]  # a type built at run time
+    inner = TypeAdapter(annotation)
 
     def check(value: Any) -> Any:
         if value is None and optional:
@@ -43,7 +51,7 @@ def accepts(base: type, what: str, optional: bool = False, **constraints: Any) -
         except ValidationError:
             raise PydanticCustomError("invalid", "must be {what}", {"what": what}) from None
 
-    return Annotated[base, PlainValidator(check)]
+    return PlainValidator(check)
 
 
 def rejected(sentence: str) -> PydanticCustomError:
@@ -64,14 +72,26 @@ def _distinct(values: tuple) -> tuple:
     return values
 
 
+AS_LIST, NON_EMPTY, DISTINCT = BeforeValidator(_as_list), Field(min_length=1), AfterValidator(_distinct)
+"""The checks of `listed`: `Annotated[tuple[X, ...], AS_LIST, NON_EMPTY, DISTINCT]` is `listed(X)` spelt
+so that a type checker reads it."""
+
+
 def listed(kind: Any) -> Any:
     """A non-empty tuple of distinct `kind` values, written as a YAML list or comma-separated text."""
-    return Annotated[tuple[kind, ...], BeforeValidator(_as_list), Field(min_length=1), AfterValidator(_distinct)]
+    return Annotated[tuple[kind, ...], AS_LIST, NON_EMPTY, DISTINCT]
 
 
 def options_of(cls: type, exclude: tuple[str, ...] = ()) -> Any:
     """A dict of keyword arguments for dataclass `cls` (a recipe's `model:`), each value validated by
-    the type of its field, so a wrong one fails when the recipe is read, not deep inside training."""
+    the type of its field, so a wrong one fails when the recipe is read, not deep inside training.
+    A field annotated `Annotated[dict, options_check(cls)]` is the same type, spelt so that a type
+    checker reads it (a dict)."""
+    return Annotated[dict, options_check(cls, exclude)]
+
+
+def options_check(cls: type, exclude: tuple[str, ...] = ()) -> AfterValidator:
+    """The validator of `options_of(cls, exclude)`."""
     def check(options: dict) -> dict:
         known = [f.name for f in dataclasses.fields(cls) if f.name not in exclude]
         unknown = sorted(set(options) - set(known))
@@ -88,7 +108,7 @@ def options_of(cls: type, exclude: tuple[str, ...] = ()) -> Any:
                 checked[name] = dataclasses.asdict(checked[name])
         return checked
 
-    return Annotated[dict, AfterValidator(check)]
+    return AfterValidator(check)
 
 
 def _kind_name(hint: Any) -> str:
@@ -103,6 +123,14 @@ Positive = accepts(float, "a finite number > 0", gt=0, allow_inf_nan=False)
 Fraction = accepts(float, "a finite number in [0, 1]", ge=0, le=1, allow_inf_nan=False)
 Text = accepts(str, "non-empty text", min_length=1)
 Switch = accepts(bool, "true or false")
+OptionalSeed = accepts(int, "a whole number in [0, 2**64)", optional=True, ge=0, lt=2**64)
+"""A seed, or None (YAML `null`) for "not set"."""
+# lists of the above (`listed`), named so that a field's annotation is a name (a type checker reads
+# no call in an annotation)
+Texts = listed(Text)
+Counts = listed(Count)
+NonNegatives = listed(NonNegative)
+Seeds = listed(Seed)
 
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 1e3
 """Sampling temperatures other than 0 (greedy): below 0.001 sampling is greedy decoding with extra
@@ -123,6 +151,7 @@ def _temperature(value: Any) -> float:
 
 Temperature = Annotated[float, PlainValidator(_temperature)]
 """A sampling temperature: 0, or a number in [MIN_TEMPERATURE, MAX_TEMPERATURE]."""
+Temperatures = listed(Temperature)
 
 
 def strict(kind: Any, base: type) -> Any:
@@ -184,8 +213,9 @@ def construct(schema: type[T], values: Mapping[str, Any], where: str) -> T:
     """Dataclass `schema` built from `values` by its field validators and its own cross-field checks
     (`__post_init__` raising ValueError); `where` prefixes the message ('recipe r.yaml')."""
     check_fields(schema, values, lambda name: f"{where}: {name}")
+    kind: Any = schema  # a dataclass: hashable, as _adapter's cache needs (mypy cannot tell of a type[T])
     try:
-        return _adapter(schema).validate_python(dict(values))
+        return _adapter(kind).validate_python(dict(values))
     except ValidationError as error:
         raise UserError(message(error, lambda name: f"{where}: {name}" if name else where)) from None
 

@@ -29,6 +29,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from harness.decoding import Generation, Proposer
 from harness.decoding.ar_rejection import COUPLED
@@ -122,6 +123,33 @@ def spec_name(name: str, argument: str | None) -> str:
     return f"{name}:{argument}" if argument else name
 
 
+@functools.cache
+def spot_sets_net(folder: Path, device: str = "cpu") -> spot_sets.SpotSetsNet:
+    """A SPOT-Sets checkpoint on the target's device, loaded once per process."""
+    return spot_sets.load_spot_sets(folder).to(device)
+
+
+@functools.cache
+def spot_net(folder: Path, device: str = "cpu") -> SpotNet:
+    """A SPOT checkpoint on the target's device, loaded once per process (a worker decodes many
+    prompts with it)."""
+    return load_spot(folder).to(device)
+
+
+def device_of(target: DLMTarget | ARTarget | None) -> str:
+    return "cpu" if target is None else str(target.device)
+
+
+def _draft_model(arg: str | None, target: DLMTarget | ARTarget) -> Proposer | ARProposer:
+    assert arg is not None and isinstance(target, ARTarget)  # checked: draft-model:NAME, AR targets only
+    return build_draft_model(arg, target)
+
+
+def _check_draft_fits(arg: str | None, model: str) -> None:
+    assert arg is not None  # checked: draft-model:NAME
+    check_draft_fits(arg, model)
+
+
 PROPOSERS: dict[str, Family] = {
     "oracle": Family("oracle", lambda arg, target, plain: AROracleProposer(plain.tokens.tolist())
                      if isinstance(target, ARTarget) else OracleProposer(plain.steps), targets=("dlm", "ar")),
@@ -131,8 +159,8 @@ PROPOSERS: dict[str, Family] = {
     "spiffy": Family("baseline", lambda arg, target, plain: SpiffyProposer(spiffy_calibration(arg)),
                      spiffy_calibrated_on, check_spiffy_fits),
     "prompt-lookup": Family("baseline", lambda arg, target, plain: PromptLookupProposer(), targets=("ar",)),
-    "draft-model": Family("baseline", lambda arg, target, plain: build_draft_model(arg, target),
-                          lambda arg: check_draft_name(arg), lambda arg, model, _: check_draft_fits(arg, model),
+    "draft-model": Family("baseline", lambda arg, target, plain: _draft_model(arg, target),
+                          lambda arg: check_draft_name(arg), lambda arg, model, _: _check_draft_fits(arg, model),
                           targets=("ar",), distributions=True),
     "spot": Family("learned", lambda arg, target, plain: SpotProposer(spot_net(spot_folder(arg), device_of(target))),
                    spot_trained_on),
@@ -176,8 +204,10 @@ def check_arm_for_model(spec: str, model: str, block_length: int, rules: Sequenc
                         f"but model {model!r} is {KIND_NAMES[kind]}; its proposers: {', '.join(proposers_for(kind))}")
     if family.check_for_model:
         family.check_for_model(argument, model, block_length)
-    for rule in rules if family.check_for_rule else ():
-        family.check_for_rule(argument, rule)
+    check_rule = family.check_for_rule
+    if check_rule:
+        for rule in rules:
+            check_rule(argument, rule)
 
 
 def check_sampling(spec: str, model: str, sampling: str) -> None:
@@ -207,7 +237,7 @@ def arms(specs: list[str] | tuple[str, ...], budgets: list[int | str] | tuple[in
     """Every (proposer, budget) arm, proposer-major, with each proposer's kind and training target;
     budget `auto` is `AUTO` until a worker chooses it (`cluster.evaluate`)."""
     resolved = [check_proposer(spec) for spec in specs]
-    return [Arm(arm.proposer, AUTO if budget == "auto" else budget, arm.kind, arm.trained_on)
+    return [Arm(arm.proposer, AUTO if budget == "auto" else cast(int, budget), arm.kind, arm.trained_on)
             for arm in resolved for budget in budgets]
 
 
@@ -241,23 +271,6 @@ def spot_sets_folder(argument: str | None) -> Path:
         raise UserError(f"no SPOT-Sets checkpoint in {folder} (expected {spot_sets.CONFIG_FILE}); give "
                         "spot-sets:PATH of a folder written by spotbench train-proposer or spotbench calibrate")
     return folder.resolve()
-
-
-@functools.cache
-def spot_sets_net(folder: Path, device: str = "cpu") -> spot_sets.SpotSetsNet:
-    """A SPOT-Sets checkpoint on the target's device, loaded once per process."""
-    return spot_sets.load_spot_sets(folder).to(device)
-
-
-@functools.cache
-def spot_net(folder: Path, device: str = "cpu") -> SpotNet:
-    """A SPOT checkpoint on the target's device, loaded once per process (a worker decodes many
-    prompts with it)."""
-    return load_spot(folder).to(device)
-
-
-def device_of(target: DLMTarget | None) -> str:
-    return "cpu" if target is None else str(target.device)
 
 
 def spiffy_calibration(argument: str | None) -> SpiffyCalibration:

@@ -49,7 +49,9 @@ class SelfCheck:
 class Task(Protocol):
     """The public interface of a task (see the module docstring)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...  # read-only: a class attribute or a property (PromptIds)
+
     splits: tuple[str, ...]
     default_split: str
     stop_strings: tuple[str, ...]

@@ -73,21 +73,23 @@ class _Worker:
         self.proc = subprocess.Popen([sys.executable, "-m", "tasks.mathcheck"], text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL)
-        self.fd = self.proc.stdout.fileno()
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # PIPEs
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        self.fd = self.stdout.fileno()
 
     def send(self, pair: tuple[str, str | None]) -> None:
-        self.proc.stdin.write(json.dumps(pair) + "\n")
-        self.proc.stdin.flush()
+        self.stdin.write(json.dumps(pair) + "\n")
+        self.stdin.flush()
 
     def receive(self) -> bool | None:
-        line = self.proc.stdout.readline()
+        line = self.stdout.readline()
         return json.loads(line) if line else None
 
     def close(self) -> None:
         self.proc.kill()
         self.proc.wait()
-        self.proc.stdin.close()
-        self.proc.stdout.close()
+        self.stdin.close()
+        self.stdout.close()
 
 
 def _verify(gold: str, predicted: str) -> bool:

@@ -321,7 +321,7 @@ def _run(segments: list[tuple[str, str]], limits: Limits, slot: int, audit_hook:
                     "processes": limits.processes}
     requests, replies = os.pipe(), os.pipe()  # judge -> program, program -> judge
     where = {"tmp_dir": JAIL_TMP, "work_dir": work_dir()}
-    jobs = (("program", {"limits": child_limits, "segments": segments[:-1], **where,
+    jobs: tuple[tuple[str, dict], ...] = (("program", {"limits": child_limits, "segments": segments[:-1], **where,
                          "audit_hook": audit_hook, "channel": [requests[0], replies[1]]}),
             ("judge", {"limits": child_limits, "tests": segments[-1][1], **where,
                        "channel": [replies[0], requests[1]]}))
@@ -337,7 +337,8 @@ def _run(segments: list[tuple[str, str]], limits: Limits, slot: int, audit_hook:
             for fd in (*requests, *replies):
                 os.close(fd)
         wall_s = limits.wall_s if limits.wall_s is not None else 6 * limits.cpu_s
-        status, out = _collect(*procs, start + wall_s, limits.output_bytes)
+        program, judge = procs
+        status, out = _collect(program, judge, start + wall_s, limits.output_bytes)
     finally:
         codes = [_stop(proc, patient=status == "done") for proc in procs]
     program_code, judge_code = codes
@@ -355,6 +356,7 @@ def _spawn(command: list[str], job: dict) -> subprocess.Popen:
     proc = subprocess.Popen(command, env=JAIL_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
                             pass_fds=channel)
+    assert proc.stdin is not None  # stdin=PIPE
     try:
         proc.stdin.write(json.dumps(job).encode())
         proc.stdin.close()
@@ -367,6 +369,7 @@ def _collect(program: subprocess.Popen, judge: subprocess.Popen, deadline: float
              cap: int) -> tuple[str, dict[str, bytes]]:
     """Read both jails' output until all of it ends: 'done', 'timeout' or 'output_limit'. Once the
     judge is done, the program gets `GRACE_S` to exit (it does as soon as the channel closes)."""
+    assert program.stdout and program.stderr and judge.stdout and judge.stderr  # spawned with PIPEs
     streams = {program.stdout.fileno(): "program_stdout", program.stderr.fileno(): "program_stderr",
                judge.stdout.fileno(): "judge_stdout", judge.stderr.fileno(): "judge_stderr"}
     out = {name: bytearray() for name in streams.values()}
@@ -406,6 +409,7 @@ def _stop(proc: subprocess.Popen, patient: bool) -> int | None:
         code = None
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+    assert proc.stdout is not None and proc.stderr is not None  # spawned with PIPEs
     proc.stdout.close()
     proc.stderr.close()
     return code

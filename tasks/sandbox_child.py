@@ -22,6 +22,7 @@ import os
 import resource
 import sys
 import types
+from typing import Any  # already loaded by the imports above: no start-up cost
 
 MAX_REPLY = 16 << 20  # bytes of one reply the judge reads; longer is a protocol error
 BIG_INT = 1 << 63  # ints past this cross as hex: JSON digits hit Python's 4300-digit cap
@@ -79,7 +80,7 @@ def write_all(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data):]
 
 
-def encode(value: object, ref) -> object:
+def encode(value: Any, ref) -> object:  # Any: dispatched on its exact type, which a checker does not follow
     """`value` as JSON, every container tagged by its exact type; an instance of a subclass of a
     builtin (a Counter, a namedtuple, an int whose __eq__ is always True) crosses as the builtin
     value it holds, so its own methods never reach the judge; `ref(value)` for anything else."""
@@ -100,15 +101,17 @@ def encode(value: object, ref) -> object:
         return {"complex": [value.real, value.imag]}
     if kind is types.ModuleType and value.__name__.partition(".")[0] in sys.stdlib_module_names:
         return {"module": value.__name__}  # each side imports its own
-    if kind is type and getattr(builtins, value.__name__, None) is value:
-        return {"type": value.__name__}
+    if kind is type:
+        name = value.__name__
+        if getattr(builtins, name, None) is value:
+            return {"type": name}
     for base in PLAIN:
         if issubclass(kind, base):
             return encode(base(value), ref)
     return ref(value)
 
 
-def decode(data: object, resolve) -> object:
+def decode(data: Any, resolve) -> Any:  # Any: JSON, dispatched on its exact type
     """The inverse of `encode`, building only builtin objects and `resolve(tag, body)` for a
     reference or a module; raises on anything malformed."""
     if data is None or type(data) in (bool, int, float, str):

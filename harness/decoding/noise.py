@@ -21,6 +21,8 @@ them.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -28,6 +30,13 @@ from torch import Tensor
 _MAX_KEY = 1 << 64
 _PHILOX_WORDS = 4
 """Draws per Philox counter value: a stream can start at any multiple of 4 draws."""
+
+
+class PositionNoise(Protocol):
+    """Noise keyed by one number, the absolute position an autoregressive draft decides: a
+    `NoiseSource` of one-row steps, or rejection mode's draft stream."""
+
+    def __call__(self, position: int, /) -> Tensor: ...
 
 
 def gumbel(seed: int, step: int, block_length: int, vocab_size: int) -> Tensor:

@@ -57,11 +57,12 @@ class RecordedSession:
     def forward(self, states: Tensor) -> BlockLogits:
         self.nfe += 1
         self.rows += states.shape[0]
-        plain = self.target.plain
-        unknown = torch.full_like(plain.pass_logits[0], float("nan"))
+        pass_logits, all_following = self.target.plain.pass_logits, self.target.plain.following
+        assert pass_logits is not None and all_following is not None  # replay takes a plain run with its logits
+        unknown = torch.full_like(pass_logits[0], float("nan"))
         steps = [self.target.known.get((self.block_index, s.numpy().tobytes())) for s in states]
-        current = torch.stack([unknown if s is None else plain.pass_logits[s] for s in steps])
-        following = plain.following[self.block_index] if self.block_index < len(plain.following) else None
+        current = torch.stack([unknown if s is None else pass_logits[s] for s in steps])
+        following = all_following[self.block_index] if self.block_index < len(all_following) else None
         return BlockLogits(current, None if following is None else following.expand(len(steps), -1, -1))
 
     def finish_block(self, state: Tensor) -> bool:

@@ -81,7 +81,7 @@ def speculative_generation(
                       else None)
             transition, record = rule.explain(logits.current[row], tree.states[row], sample, temperature, trace)
             steps.append(transition)
-            if trace:
+            if record is not None:  # traced
                 records.append(record)
             if keep_logits:
                 kept.append(logits.current[row].cpu())

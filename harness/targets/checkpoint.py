@@ -250,7 +250,7 @@ def _write_weights(folder: Path, tensors: dict[str, Tensor], max_shard_bytes: in
             size = 0
         shards[-1][name] = tensor
         size += nbytes
-    weight_map = {}
+    weight_map: dict[str, str] = {}
     for number, shard in enumerate(shards, start=1):
         filename = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
         save_file(shard, str(folder / filename), metadata=metadata)

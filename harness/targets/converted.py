@@ -145,10 +145,12 @@ def read_meta(folder: Path) -> dict:
                         "spotbench convert")
     if not (folder / ADAPTER_FILE).is_file():
         raise UserError(f"{folder}: {ADAPTER_FILE} is missing; the folder is not a complete converted target")
-    kinds = {"base": str, "base_hash": str, "mask_id": int, "eos_id": int, "rank": int, "alpha": (int, float)}
+    kinds: dict[str, type | tuple[type, ...]] = {"base": str, "base_hash": str, "mask_id": int, "eos_id": int,
+                                                 "rank": int, "alpha": (int, float)}
     for key, kind in kinds.items():
         value = meta[key]
-        if isinstance(value, bool) or not isinstance(value, kind) or (key in ("rank", "alpha") and value <= 0):
+        nonpositive = key in ("rank", "alpha") and isinstance(value, (int, float)) and value <= 0
+        if isinstance(value, bool) or not isinstance(value, kind) or nonpositive:
             raise UserError(f"{path}: {key} is {value!r}, not a valid {key.replace('_', ' ')}; write the record "
                             "with spotbench convert")
     return meta

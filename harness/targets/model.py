@@ -81,6 +81,8 @@ class SwiGLU(nn.Module):
 class SigmoidMoE(nn.Module):
     """DeepSeek-V3 / Bailing-V2 style MoE: sigmoid scores, bias-corrected group-limited top-k."""
 
+    expert_bias: Tensor  # a buffer (register_buffer)
+
     def __init__(self, hidden: int, moe: MoEConfig):
         super().__init__()
         self.cfg = moe
@@ -188,7 +190,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(rows, length, cfg.num_heads, cfg.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(rows, length, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(rows, length, cfg.num_kv_heads, cfg.head_dim).transpose(1, 2)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:  # both or neither (cfg.qk_norm)
             q, k = self.q_norm(q), self.k_norm(k)
         full = cfg.rope_full_precision
         q, k = apply_rotary(q, cos, sin, full), apply_rotary(k, cos, sin, full)
@@ -210,12 +212,8 @@ class DecoderLayer(nn.Module):
         self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.attn = Attention(cfg)
         self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        dense = cfg.moe is None or layer_index < cfg.moe.first_k_dense_replace
-        self.mlp = (
-            SwiGLU(cfg.hidden_size, cfg.intermediate_size)
-            if dense
-            else SigmoidMoE(cfg.hidden_size, cfg.moe)
-        )
+        moe = cfg.moe if cfg.moe is not None and layer_index >= cfg.moe.first_k_dense_replace else None
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size) if moe is None else SigmoidMoE(cfg.hidden_size, moe)
 
     def forward(
         self, x: Tensor, cos: Tensor, sin: Tensor, attend: Tensor | None, past: KV | None

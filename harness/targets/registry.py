@@ -60,10 +60,10 @@ def load_target(name: str, device: str = "cpu", dtype: str = "float32", mask_id:
     if is_ar_name(name):
         if mask_id is not None:
             raise UserError(f"--mask-id is for diffusion targets; {name} is autoregressive and has no mask token")
-        target = load_ar_target(name, where, precision)
+        ar = load_ar_target(name, where, precision)
         if eos_id is not None:
-            target.eos_id = check_token_id(eos_id, target.vocab_size, "eos id", "--eos-id")
-        return target
+            ar.eos_id = check_token_id(eos_id, ar.vocab_size, "eos id", "--eos-id")
+        return ar
     if name in zoo_names():
         load = load_converted if is_converted(model_dir(name)) else load_checkpoint
         target = load(model_dir(name), precision, where, mask_id, eos_id)
@@ -84,3 +84,20 @@ def load_target(name: str, device: str = "cpu", dtype: str = "float32", mask_id:
         f"unknown target {name!r}; use a zoo model ({', '.join(zoo_names()) or 'none built'}), "
         "tiny-random:<family>[:seed], smollm2, tiny-random-ar[:seed] or an existing checkpoint folder"
     )
+
+
+def load_dlm_target(name: str, device: str = "cpu", dtype: str = "float32", what: str = "this") -> DLMTarget:
+    """`load_target` for a caller that needs a diffusion target (and has usually refused an
+    autoregressive name already, with `target_kind`)."""
+    target = load_target(name, device, dtype)
+    if not isinstance(target, DLMTarget):
+        raise UserError(f"{name} is an autoregressive target; {what} needs a diffusion target")
+    return target
+
+
+def load_ar_only(name: str, device: str = "cpu", dtype: str = "float32", what: str = "this") -> ARTarget:
+    """`load_target` for a caller that needs an autoregressive target (checked, as `load_dlm_target`)."""
+    target = load_target(name, device, dtype)
+    if not isinstance(target, ARTarget):
+        raise UserError(f"{name} is a diffusion target; {what} needs an autoregressive target")
+    return target

@@ -30,7 +30,7 @@ import copy
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -175,7 +175,7 @@ class TargetSession:
         following = [p.following for p in parts]
         return BlockLogits(
             torch.cat([p.current for p in parts]),
-            None if following[0] is None else torch.cat(following),
+            None if following[0] is None else torch.cat(cast(list[Tensor], following)),  # all or none
         )
 
     def finish_block(self, final_state: Tensor) -> bool:
@@ -308,7 +308,7 @@ def forward_sessions(passes: Sequence[tuple[TargetSession, Tensor]]) -> list[Blo
             for index, logits in zip(members, _causal_together(target, [sessions[i] for i in members],
                                                                [inputs[i] for i in members])):
                 out[index] = logits
-        return out
+        return cast(list[BlockLogits], out)  # every pass is in one group
 
 
 def _full_together(target: DLMTarget, sessions: list[TargetSession], states: list[Tensor]) -> list[BlockLogits]:

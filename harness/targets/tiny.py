@@ -7,8 +7,11 @@ Weights are drawn from a seeded generator: the same name always gives the same m
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from torch import Tensor
 from transformers import PreTrainedTokenizerFast
 
 from harness.errors import UserError
@@ -37,7 +40,7 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def tiny_config(family_name: str, vocab_size: int) -> ModelConfig:
-    common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_layers=2,
+    common: dict[str, Any] = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_layers=2,
                   num_heads=4, head_dim=16)
     if family_name == "llada":
         return ModelConfig(num_kv_heads=4, rope_theta=500000.0, rms_norm_eps=1e-5,
@@ -64,8 +67,9 @@ def tiny_random_target(family_name: str, seed: int = 0) -> DLMTarget:
         torch.manual_seed(seed)
         model = DLMTransformer(tiny_config(family_name, vocab_size))
         for module in model.modules():
-            if hasattr(module, "expert_bias"):
-                module.expert_bias.normal_(0.0, 0.1)
+            bias = getattr(module, "expert_bias", None)
+            if isinstance(bias, Tensor):
+                bias.normal_(0.0, 0.1)
         if spec.causal_context:  # a trained-looking adapter: non-zero on both factors
             model.adapter_gate = adapter.attach(model, rank=4, alpha=8.0)
             for parameter in adapter.lora_state(model).values():

@@ -13,6 +13,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import torch
 from tqdm import tqdm
@@ -25,7 +26,7 @@ from harness.targets.target import DLMTarget
 from harness.training.ar_objective import AR_FAMILY, ar_loss, ar_model, save_ar_model
 from harness.training.loop import TrainingRun
 from harness.training.objective import Example, build_batch, diffusion_loss
-from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text, options_of
+from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text, options_check
 
 STATE_FILE = "train_state.pt"
 REPORT_FILE = "training.json"
@@ -38,7 +39,7 @@ class Recipe:
 
     name: Text
     family: Text
-    model: options_of(ModelConfig, exclude=("vocab_size",))
+    model: Annotated[dict, options_check(ModelConfig, exclude=("vocab_size",))]
     """`ModelConfig` fields except vocab_size (taken from the tokenizer); `moe` as a dict."""
     tasks: list[Text]
     seed: NonNegativeInt = 0
@@ -98,7 +99,7 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
     progress = tqdm(total=recipe.steps, initial=run.step, desc=f"train {recipe.name}", unit="step")
     while not run.done:
         chosen = run.batch(training)
-        if ar:
+        if spec is None:  # family ar
             loss = ar_loss(model, chosen, tokenizer.eos_token_id, tokenizer.pad_token_id)
         else:
             loss = diffusion_loss(model, build_batch(chosen, spec, block_length=recipe.block_length,
@@ -119,7 +120,7 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
         "steps": run.step,
         "heldout_loss": heldout_loss(model, validation, recipe, spec, ids, tokenizer),
     }
-    if ar:
+    if spec is None:  # family ar
         save_ar_model(model, tokenizer, out_dir / MODEL_DIR, report)
         return report
     target = DLMTarget(model, spec, mask_id=ids["mask_id"], eos_id=tokenizer.eos_token_id,

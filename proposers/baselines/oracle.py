@@ -37,7 +37,7 @@ class OracleProposer:
         for depth, transition in enumerate(self.steps[request.step : request.step + request.budget]):
             if not all(int(state[p]) == mask_id for p in transition.positions):
                 break
-            if self.stale_tokens:
+            if self.stale_tokens and request.stale is not None:  # (never None here: returned above)
                 noise = request.noise(request.step + depth) if request.noise else None
                 tokens = candidate_tokens(request.stale, noise, request.temperature, mask_id)
                 transition = Transition(transition.positions, tuple(int(tokens[p]) for p in transition.positions))

@@ -38,7 +38,7 @@ class GatedLoRAModel(nn.Module):
     def __init__(self, base: nn.Module, rank: int, alpha: float):
         super().__init__()
         memo = {id(p): p for p in base.parameters()}  # share the base's weights, copy only the module tree
-        self.model = copy.deepcopy(base, memo)
+        self.model: Any = copy.deepcopy(base, memo)  # a transformers causal LM, read through its own API
         self.gate = attach(self.model, rank, alpha)
         self.rank, self.alpha = rank, alpha
         for parameter in base.parameters():

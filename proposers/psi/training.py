@@ -37,7 +37,7 @@ from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.targets.ar import ARTarget
 from harness.training.loop import TrainingRun
-from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text, listed
+from harness.validation import Count, Counts, NonNegative, NonNegativeInt, Positive, Text, Texts
 from proposers.psi.lora import META_FILE, GatedLoRAModel, save_drafter, weights_hash
 from proposers.psi.proposer import PsiLinear
 
@@ -51,11 +51,11 @@ class DrafterRecipe:
     name: Text
     base: Text
     """The target whose weights the drafter is distilled from (a name `load_target` knows)."""
-    tasks: listed(Text)
+    tasks: Texts
     seed: NonNegativeInt = 0
     rank: Count = 8
     alpha: Positive = 16.0
-    curriculum: listed(Count) = (2, 4, 8)
+    curriculum: Counts = (2, 4, 8)
     """Noisy block sizes, each for an equal share of the steps; the last bounds B - 1 at inference."""
     steps: Count = 300
     batch_size: Count = 8

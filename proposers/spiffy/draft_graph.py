@@ -188,7 +188,8 @@ def count_patterns(plain: Generation, config: DecodeConfig, counts: Counter[Patt
                 noise.forget_before(step)
             if stale is not None and int((state == rule.mask_id).sum()) > 1:
                 roots += 1
-                node, pattern = state, ()
+                node = state
+                pattern: Pattern = ()
                 for truth in plain.steps[step : step + max_depth]:
                     if len(truth.positions) == int((node == rule.mask_id).sum()):
                         break

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -85,12 +85,14 @@ def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_len
     positions = [t.positions[0] for t in plain.steps]
     tokens = [t.tokens[0] for t in plain.steps]
     statics, pending = [], []  # pending: (view, stale, root commits, root step, block, tokens, prefilled)
+    following, pass_logits = plain.following, plain.pass_logits
+    assert following is not None and pass_logits is not None  # decoded with keep_logits
     for span in plain.blocks(mask_id):  # top1: one step per position
         block, block_tokens = positions[span.first : span.end], tokens[span.first : span.end]
         prefilled = (span.start != mask_id).long()  # the prompt's tail, on the absolute block grid
-        previous = plain.following[span.index - 1] if span.index else None
+        previous = following[span.index - 1] if span.index else None
         views = [] if previous is None else [(previous, 0, span.first)]
-        views += [(plain.pass_logits[span.first + j], j + 1, span.first + j + 1) for j in range(len(block) - 2)]
+        views += [(pass_logits[span.first + j], j + 1, span.first + j + 1) for j in range(len(block) - 2)]
         for logits, root_commits, root_step in views:
             stale = StaleView.of(logits, temperature, mask_id)
             statics.append(static_features(stale))
@@ -114,10 +116,10 @@ def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_len
             labels.append(label)
             outcomes.append(TOP if drafted.tokens[label] == token else RUNNER_UP if drafted.runner_up[label] == token
                             else NEITHER)
-    views = Views(torch.stack(statics), torch.tensor(view_ids), torch.stack(cands),
-                  torch.stack(ages_list).to(torch.int8), torch.tensor(depths), torch.tensor(labels),
-                  torch.tensor(outcomes, dtype=torch.int8), temperature)
-    return views, positions
+    collected = Views(torch.stack(statics), torch.tensor(view_ids), torch.stack(cands),
+                      torch.stack(ages_list).to(torch.int8), torch.tensor(depths), torch.tensor(labels),
+                      torch.tensor(outcomes, dtype=torch.int8), temperature)
+    return collected, positions
 
 
 def collection_of(recipe: SpotRecipe) -> dict:
@@ -135,12 +137,19 @@ Job = tuple[str, list[int], float]
 """(source, prompt ids, temperature) of one generation. The caller builds the jobs from train-split
 prompts (`spotbench train-proposer`), so this module needs no task registry."""
 
-ChunkMap = Callable[[Callable[..., list[Views]], Sequence[int], tuple], Iterable[list[Views]]]
+ChunkMap = Callable[[Callable[..., list[Any]], Sequence[int], tuple], Iterable[list[Any]]]
 """`map_chunks(fn, firsts, shared)`: `fn(first, *shared)` for every chunk, results in order (e.g.
 `cluster.ordered.map_in_order` with its workers bound). The caller chooses where chunks run."""
 
 
-def recipe_jobs(recipe: SpotRecipe, prompts: list[tuple[str, list[int]]]) -> list[Job]:
+class Sampled(Protocol):
+    """A recipe's sampling temperatures (`SpotRecipe`, `SpotSetsRecipe`)."""
+
+    @property
+    def temperatures(self) -> Sequence[float]: ...
+
+
+def recipe_jobs(recipe: Sampled, prompts: list[tuple[str, list[int]]]) -> list[Job]:
     """Every (prompt, temperature) generation of the recipe, in a fixed order: prompt by prompt,
     temperature by temperature (`prompts`: (source, ids) of the recipe's train-split prompts)."""
     return [(source, ids, temperature) for source, ids in prompts for temperature in recipe.temperatures]
@@ -156,9 +165,9 @@ def collect_jobs(recipe: SpotRecipe, target: DLMTarget, first: int, jobs: list[J
 
 def collect_chunk(first: int, recipe: SpotRecipe, jobs: list[Job]) -> list[Views]:
     """One chunk, loading the recipe's target where it runs (a model does not travel as an argument)."""
-    from harness.targets.registry import load_target
+    from harness.targets.registry import load_dlm_target
 
-    return collect_jobs(recipe, load_target(recipe.target), first, jobs[first : first + CHUNK])
+    return collect_jobs(recipe, load_dlm_target(recipe.target, what="SPOT"), first, jobs[first : first + CHUNK])
 
 
 def collect_all(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job],

@@ -76,5 +76,5 @@ def encoder_layers(encoder: nn.TransformerEncoder, h: Tensor, rows: Tensor | Non
         h = fused_layer(layer, h)
     subset = rows is not None and last.norm_first and last.activation_relu_or_gelu == RELU \
         and int(rows.sum()) >= MIN_ROWS
-    h = last_layer_rows(last, h, rows) if subset else fused_layer(last, h)
+    h = last_layer_rows(last, h, rows) if subset and rows is not None else fused_layer(last, h)
     return h if encoder.norm is None else encoder.norm(h)

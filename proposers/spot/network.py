@@ -47,19 +47,9 @@ class SpotConfig:
 
 
 
-class SpotNet(nn.Module):
-    """Per position features + commit ages -> the next committed position and, per position, which
-    stale candidate the target commits there if it commits it next (TOP, RUNNER_UP or NEITHER).
-
-    No position embedding: the encoder is permutation-equivariant over the block, so the network
-    runs on any block length, and where a position is comes only from its relation to committed
-    ones (`node_features`). The position output adds the network's score to the log-confidence gap
-    (`confidence_weight`, starts at 1): an untrained network ranks like the confidence proposer
-    and training learns the correction. The token head is what makes a path's probability the
-    probability that the verifier walks it: the stale token goes wrong with depth (at T=1 on GSM8K
-    one committed position in eight is not the one-pass-old candidate), and where it does the
-    runner-up is often right.
-    """
+class SpotEncoder(nn.Module):
+    """The layers SPOT and SPOT-Sets share (inputs, encoder, position and token heads) and the
+    encoder pass (`encode`); each network adds its own `forward` (and SPOT-Sets its own heads)."""
 
     def __init__(self, config: SpotConfig):
         super().__init__()
@@ -74,16 +64,6 @@ class SpotNet(nn.Module):
         self.head = nn.Linear(config.width, 1)
         self.token_head = nn.Linear(config.width, 3)
         self.confidence_weight = nn.Parameter(torch.tensor(1.0))
-
-    def forward(self, static: Tensor, candidate: Tensor, ages: Tensor, depth: Tensor, temperature: Tensor,
-                masked_only: bool = False) -> tuple[Tensor, Tensor]:
-        """static [N, B, S], candidate [N, B, C], ages [N, B], depth [N], temperature [N]
-        -> [N, B] log-probabilities of the next committed position (-inf where not masked), and
-        [N, B, 3] log-probabilities of TOP / RUNNER_UP / NEITHER at each position; with
-        `masked_only`, the token head's output at committed positions is unspecified (the tree
-        search reads only masked ones, and skips work for the others: proposers/spot/kernels.py)."""
-        h, position = self.encode(static, candidate, ages, depth, temperature, masked_only=masked_only)
-        return position, self.token_head(h).log_softmax(-1)
 
     def encode(self, static: Tensor, candidate: Tensor, ages: Tensor, depth: Tensor, temperature: Tensor,
                extra: Tensor | None = None, masked_only: bool = False) -> tuple[Tensor, Tensor]:
@@ -104,6 +84,31 @@ class SpotNet(nn.Module):
         h = self.norm(h)
         logits = self.head(h).squeeze(-1) + self.confidence_weight * node[..., 0] * GAP_SCALE
         return h, logits.masked_fill(ages != MASKED, -math.inf).log_softmax(-1)
+
+
+class SpotNet(SpotEncoder):
+    """Per position features + commit ages -> the next committed position and, per position, which
+    stale candidate the target commits there if it commits it next (TOP, RUNNER_UP or NEITHER).
+
+    No position embedding: the encoder is permutation-equivariant over the block, so the network
+    runs on any block length, and where a position is comes only from its relation to committed
+    ones (`node_features`). The position output adds the network's score to the log-confidence gap
+    (`confidence_weight`, starts at 1): an untrained network ranks like the confidence proposer
+    and training learns the correction. The token head is what makes a path's probability the
+    probability that the verifier walks it: the stale token goes wrong with depth (at T=1 on GSM8K
+    one committed position in eight is not the one-pass-old candidate), and where it does the
+    runner-up is often right.
+    """
+
+    def forward(self, static: Tensor, candidate: Tensor, ages: Tensor, depth: Tensor, temperature: Tensor,
+                masked_only: bool = False) -> tuple[Tensor, Tensor]:
+        """static [N, B, S], candidate [N, B, C], ages [N, B], depth [N], temperature [N]
+        -> [N, B] log-probabilities of the next committed position (-inf where not masked), and
+        [N, B, 3] log-probabilities of TOP / RUNNER_UP / NEITHER at each position; with
+        `masked_only`, the token head's output at committed positions is unspecified (the tree
+        search reads only masked ones, and skips work for the others: proposers/spot/kernels.py)."""
+        h, position = self.encode(static, candidate, ages, depth, temperature, masked_only=masked_only)
+        return position, self.token_head(h).log_softmax(-1)
 
 
 def joint_logp(position_logp: Tensor, token_logp: Tensor) -> Tensor:
@@ -136,7 +141,7 @@ class SpotEnsemble(nn.Module):
         return position, torch.where(position[..., None].isfinite(), joint - position[..., None], committed_anyway)
 
 
-def save_net(net: SpotNet, folder: Path, weights_file: str, config_file: str, meta: dict) -> None:
+def save_net(net: SpotEncoder, folder: Path, weights_file: str, config_file: str, meta: dict) -> None:
     """A checkpoint folder of SPOT or SPOT-Sets: the weights (safetensors) and a JSON record of the
     model config, the parameter count and `meta`."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 from harness.recipes import load_recipe
 from harness.validation import (
@@ -16,14 +17,17 @@ from harness.validation import (
     Fraction,
     NonNegative,
     NonNegativeInt,
+    NonNegatives,
+    OptionalSeed,
     Positive,
     Seed,
     Text,
-    accepts,
-    listed,
-    options_of,
+    options_check,
 )
 from proposers.spot.network import SpotConfig
+
+SpotOptions = Annotated[dict, options_check(SpotConfig)]
+"""A recipe's `model:` mapping: `SpotConfig` fields."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class SpotRecipe:
     target: Text
     tasks: dict[Text, Count]
     """Task name -> number of train-split prompts (zero-shot)."""
-    temperatures: listed(NonNegative) = (0.0, 1.0)
+    temperatures: NonNegatives = (0.0, 1.0)
     gen_length: Count = 64
     block_length: Count = 32
     seed: Seed = 0
@@ -44,7 +48,7 @@ class SpotRecipe:
     """Examples are drawn with probability proportional to depth_decay ** depth. Every tree path starts
     at depth 0 and a node's share of the walk falls with its depth, while a view yields up to
     `max_depth` examples, most of them deep; below 1 this spends the steps where the tree is."""
-    training_seed: accepts(int, "a whole number in [0, 2**64)", optional=True, ge=0, lt=2**64) = None
+    training_seed: OptionalSeed = None
     """Seeds the network's initialization and the order of examples; None means `seed`. The collected
     data and the validation split depend on `seed` alone, so recipes that differ only here train on
     one collection (link its trajectories.pt into each run folder) and measure the spread between
@@ -66,7 +70,7 @@ class SpotRecipe:
     weight_decay: NonNegative = 0.01
     validation_fraction: Fraction = 0.1
     checkpoint_every: Count = 250
-    model: options_of(SpotConfig) = field(default_factory=dict)
+    model: SpotOptions = field(default_factory=dict)
     """`SpotConfig` fields."""
 
     def __post_init__(self) -> None:

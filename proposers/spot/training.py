@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -147,7 +148,7 @@ def train(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], run_dir: Path,
         lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, held)
         optimizer_step(optimizer, net.parameters(), loss, lr, grad_clip=1.0)
         step += 1
-        if averaged is not None and step > recipe.average_from:
+        if averaged is not None and recipe.average_from is not None and step > recipe.average_from:
             averaged.update_parameters(net)
         progress.update(1)
         progress.set_postfix(loss=f"{loss.item():.3f}")
@@ -159,7 +160,7 @@ def train(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], run_dir: Path,
             save_state(state_path, state)
     progress.close()
     if averaged is not None:
-        net = averaged.module
+        net = cast(SpotNet, averaged.module)  # the averaged copy of the network
     net.eval()
     report = {
         "recipe": dataclasses.asdict(recipe),

@@ -48,9 +48,10 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
 from proposers.baselines.confidence import ConfidenceProposer
@@ -69,7 +70,7 @@ from proposers.spot.features import (
     root_ages,
     static_features,
 )
-from proposers.spot.network import SpotEnsemble, SpotNet
+from proposers.spot.network import SpotEncoder, SpotEnsemble, SpotNet
 
 EXPAND = -1
 """A frontier entry's position for a drafted node whose children are not scored yet."""
@@ -131,22 +132,30 @@ class Output:
         return Output(position, values, token, order)
 
 
-class SearchInputs:
-    """Everything the search reads about one pass: the network's outputs by path (cached, batched),
-    the stale candidates by depth, and the ages of every path."""
+Step = TypeVar("Step")
+"""One step of a path: a position (SPOT) or a set of positions (SPOT-Sets)."""
+Out = TypeVar("Out")
+"""The network's output at one node (`Output`, or SPOT-Sets' own)."""
 
-    def __init__(self, net: nn.Module, request: DraftRequest):
+
+class PathSearch(Generic[Step, Out]):
+    """Everything a search reads about one pass: the network's outputs by path (cached, batched),
+    the stale candidates by depth, and the ages of every path; `step` and `evaluate` are the
+    network's."""
+
+    def __init__(self, net: SpotEncoder | SpotEnsemble, request: DraftRequest):
         self.net = net
         self.request = request
         self.device = next(net.parameters()).device
+        assert request.stale is not None  # drafted for with a stale view only (StaleViewTreeProposer.propose)
         self.view = StaleView.of(request.stale, request.temperature, request.rule.mask_id)
         self.static = static_features(self.view).to(self.device)[None]
         self.temperature = request.temperature
         self.depths: dict[int, DepthTables] = {}
-        self.outputs: dict[Path, Output] = {}
+        self.outputs: dict[tuple[Step, ...], Out] = {}
         self.calls = 0
         self.rows = 0
-        self._ages: dict[Path, list[int]] = {
+        self._ages: dict[tuple[Step, ...], list[int]] = {
             (): root_ages(request.root, request.rule.mask_id, request.history, net.config.max_age).tolist()}
 
     def at_depth(self, depth: int) -> DepthTables:
@@ -159,15 +168,26 @@ class SearchInputs:
             tables = self.depths[key] = DepthTables.of(candidates(self.view, noise, self.request.rule), self.device)
         return tables
 
-    def ages(self, path: Path) -> list[int]:
+    def ages(self, path: tuple[Step, ...]) -> list[int]:
         """`step` applied along the path, in Python (a list per path, cached)."""
         ages = self._ages.get(path)
         if ages is None:
             ages = self._ages[path] = self.step(self.ages(path[:-1]), path[-1])
         return ages
 
-    @staticmethod
-    def step(ages: list[int], position: int) -> list[int]:
+    def step(self, ages: list[int], last: Step) -> list[int]:
+        """The ages one step (`last`) later."""
+        raise NotImplementedError
+
+    def evaluate(self, paths: list[tuple[Step, ...]]) -> None:
+        """One network call for all `paths` (distinct, not cached yet), read back in one transfer."""
+        raise NotImplementedError
+
+
+class SearchInputs(PathSearch[int, Output]):
+    """SPOT's search inputs: paths of positions, outputs of `SpotNet` (or an ensemble)."""
+
+    def step(self, ages: list[int], position: int) -> list[int]:
         """`proposers.spot.features.commit` on a list: the ages one commit (of `position`) later."""
         out = [a if a == MASKED else a + 1 for a in ages]
         out[position] = 0
@@ -251,7 +271,7 @@ def plan(inputs: SearchInputs, frontier: list[Entry], paths: list[Path], drafted
     return wanted
 
 
-def grow(net: nn.Module, request: DraftRequest, lookahead: int) -> tuple[DraftTree, SearchInputs]:
+def grow(net: SpotNet | SpotEnsemble, request: DraftRequest, lookahead: int) -> tuple[DraftTree, SearchInputs]:
     """The best-first SPOT tree of `request` (stale view present, top1 rule, budget > 0), and the
     inputs it read (for the count of calls and rows).
 
@@ -278,6 +298,7 @@ def grow(net: nn.Module, request: DraftRequest, lookahead: int) -> tuple[DraftTr
             if path not in inputs.outputs:
                 inputs.evaluate(plan(inputs, frontier, paths, len(nodes), entry, lookahead))
             output, tables = inputs.outputs[path], inputs.at_depth(depth)
+            assert output.token is not None  # evaluated by the network (only the prior has no token head)
             best = output.position.topk(min(left, budget - len(nodes)))
             for value, child in zip(best.values.tolist(), best.indices.tolist()):
                 for choice, token_score in tables.choices(output.token[child], child):
@@ -292,7 +313,11 @@ def grow(net: nn.Module, request: DraftRequest, lookahead: int) -> tuple[DraftTr
     return DraftTree(tuple(nodes)), inputs
 
 
-class StaleViewTreeProposer:
+Net = TypeVar("Net", bound="SpotEncoder | SpotEnsemble")
+"""A tree proposer's network."""
+
+
+class StaleViewTreeProposer(Generic[Net]):
     """What SPOT and SPOT-Sets share around their tree search: a network `net`, the most rows of one
     of its calls (`lookahead`), nothing drafted without a stale view or budget, and the confidence
     chain under a rule other than theirs or a confidence that is not a probability (so a library
@@ -301,7 +326,7 @@ class StaleViewTreeProposer:
     rule = ""
     """The rule's name (`Rule.name`) the tree search drafts for."""
 
-    def __init__(self, net: nn.Module, lookahead: int = DEFAULT_LOOKAHEAD):
+    def __init__(self, net: Net, lookahead: int = DEFAULT_LOOKAHEAD):
         if lookahead < 1:
             raise ValueError(f"lookahead must be >= 1, got {lookahead}")
         self.net = net
@@ -320,7 +345,7 @@ class StaleViewTreeProposer:
         raise NotImplementedError
 
 
-class SpotProposer(StaleViewTreeProposer):
+class SpotProposer(StaleViewTreeProposer[SpotNet | SpotEnsemble]):
     """SPOT's draft trees (module docstring), grown by `grow`.
 
     `lookahead`: the most rows of one network call, the missing node's and those the search expects

@@ -32,15 +32,23 @@ NOT_COMMITTED = -1
 
 
 class Collecting(Protocol):
-    """What a collection needs from a recipe (`SpotSetsRecipe`, or the calibration's settings)."""
+    """What a collection needs from a recipe (`SpotSetsRecipe`, or the calibration's settings): read
+    only, so frozen dataclasses and properties qualify."""
 
-    target: str
-    rule: str
-    gen_length: int
-    block_length: int
-    seed: int
-    max_depth: int
-    max_age: int
+    @property
+    def target(self) -> str: ...
+    @property
+    def rule(self) -> str: ...
+    @property
+    def gen_length(self) -> int: ...
+    @property
+    def block_length(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def max_depth(self) -> int: ...
+    @property
+    def max_age(self) -> int: ...
 
 
 @dataclass
@@ -86,12 +94,14 @@ def collect(target: DLMTarget, prompt_ids: list[int], settings: Collecting, temp
     noise = NoiseSource(seed, size, target.vocab_size) if temperature > 0 else None
     statics: list[Tensor] = []
     examples: dict[str, list] = {k: [] for k in ("view", "candidate", "ages", "depth", "argmax", "in_set", "token")}
+    following, pass_logits = plain.following, plain.pass_logits
+    assert following is not None and pass_logits is not None  # decoded with keep_logits
     for span in plain.blocks(mask_id):
         first, end = span.first, span.end
         states = span.states(plain.steps)  # states[k]: before step first + k
-        previous = None if span.index == 0 else plain.following[span.index - 1]
+        previous = None if span.index == 0 else following[span.index - 1]
         views = [] if previous is None else [(previous, first)]
-        views += [(plain.pass_logits[step], step + 1) for step in range(first, end - 1)]
+        views += [(pass_logits[step], step + 1) for step in range(first, end - 1)]
         for logits, root_step in views:
             root = states[root_step - first]
             if int((root == mask_id).sum()) < 2:
@@ -109,7 +119,7 @@ def collect(target: DLMTarget, prompt_ids: list[int], settings: Collecting, temp
                 if drafted is None or noise:
                     drafted = candidates(stale, noise(step) if noise else None, rule)
                 transition = plain.steps[step]
-                argmax = top1(plain.pass_logits[step], state, noise(step) if noise else None, temperature)
+                argmax = top1(pass_logits[step], state, noise(step) if noise else None, temperature)
                 in_set = torch.zeros(size, dtype=torch.bool)
                 in_set[list(transition.positions)] = True
                 token = torch.full((size,), NOT_COMMITTED, dtype=torch.int8)
@@ -134,9 +144,10 @@ def collect_jobs(settings: Collecting, target: DLMTarget, first: int, jobs: list
 
 def collect_chunk(first: int, settings: Collecting, jobs: list[Job]) -> list[SetViews]:
     """One chunk, loading the target where it runs (a model does not travel as an argument)."""
-    from harness.targets.registry import load_target
+    from harness.targets.registry import load_dlm_target
 
-    return collect_jobs(settings, load_target(settings.target), first, jobs[first : first + CHUNK])
+    return collect_jobs(settings, load_dlm_target(settings.target, what="SPOT-Sets"), first,
+                        jobs[first : first + CHUNK])
 
 
 def collect_all(settings: Collecting, target: DLMTarget, jobs: list[Job], map_chunks: ChunkMap | None = None

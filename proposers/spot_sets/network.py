@@ -42,7 +42,7 @@ from proposers.spot.features import (
     TOP,
     gap_to_best,
 )
-from proposers.spot.network import SpotConfig, SpotNet, save_net
+from proposers.spot.network import SpotConfig, SpotEncoder, save_net
 
 WEIGHTS_FILE = "spot_sets.safetensors"
 CONFIG_FILE = "spot_sets.json"
@@ -78,7 +78,7 @@ def tau_features(candidate: Tensor, tau: Tensor) -> Tensor:
     return torch.stack([odds_gap, confidence_gap, (logit_tau / GAP_SCALE).expand_as(odds_gap)], -1)
 
 
-class SpotSetsNet(SpotNet):
+class SpotSetsNet(SpotEncoder):
     """SPOT's network (same modules, names and inputs, so a SPOT checkpoint can start it) with the
     tau features added to its input and a commit head beside its position and token heads.
 
@@ -127,16 +127,17 @@ class Calibration:
     ranking beats the target's own confidence order, and how often a confidence just under tau crosses
     it after one commit, are properties of the target; five numbers fitted on 50 prompts set the
     probabilities the tree multiplies, from "trust the network" to "trust the confidences", without
-    retraining. All zero weights and unit scales leave the network's output as it is.
+    retraining. All zero weights and unit scales leave the network's output as it is. Each number is
+    a float, or a 0-d tensor while `fit_calibration` fits it by gradient.
     """
 
-    commit_scale: float = 1.0
-    commit_bias: float = 0.0
-    commit_rule_weight: float = 0.0
-    position_temperature: float = 1.0
-    position_rule_weight: float = 0.0
-    token_temperature: float = 1.0
-    top_bias: float = 0.0
+    commit_scale: float | Tensor = 1.0
+    commit_bias: float | Tensor = 0.0
+    commit_rule_weight: float | Tensor = 0.0
+    position_temperature: float | Tensor = 1.0
+    position_rule_weight: float | Tensor = 0.0
+    token_temperature: float | Tensor = 1.0
+    top_bias: float | Tensor = 0.0
 
     def apply(self, position: Tensor, commit: Tensor, token: Tensor, gap: Tensor, odds_gap: Tensor
               ) -> tuple[Tensor, Tensor, Tensor]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -29,17 +30,18 @@ from harness.validation import (
     Fraction,
     NonNegative,
     NonNegativeInt,
+    NonNegatives,
+    OptionalSeed,
     Positive,
     Seed,
     Text,
-    accepts,
-    listed,
-    options_of,
+    Texts,
 )
 from proposers.spot.collection import ChunkMap, Job, collected, held_out
 from proposers.spot.features import CONFIDENCE, LOG_ODDS, MASKED, TOP
 from proposers.spot.network import CONFIG_FILE as SPOT_CONFIG_FILE
-from proposers.spot.network import SpotConfig
+from proposers.spot.network import SpotConfig, SpotEncoder
+from proposers.spot.recipe import SpotOptions
 from proposers.spot.training import checkpoint_at, examples_where, resumed
 from proposers.spot_sets.collection import SetViews, collect_all
 from proposers.spot_sets.network import (
@@ -68,7 +70,7 @@ class SpotSetsRecipe:
     """`threshold:TAU`: the rule whose trajectories are collected and whose tau the network reads."""
     tasks: dict[Text, Count]
     """Task name -> number of train-split prompts (zero-shot)."""
-    temperatures: listed(NonNegative) = (0.0, 1.0)
+    temperatures: NonNegatives = (0.0, 1.0)
     gen_length: Count = 64
     block_length: Count = 32
     seed: Seed = 0
@@ -78,10 +80,10 @@ class SpotSetsRecipe:
     warmup_steps: NonNegativeInt = 100
     depth_decay: Fraction = 0.85
     """As in `SpotRecipe`: examples drawn with probability depth_decay ** depth (0 is refused)."""
-    training_seed: accepts(int, "a whole number in [0, 2**64)", optional=True, ge=0, lt=2**64) = None
+    training_seed: OptionalSeed = None
     init_checkpoint: str | None = None
     """A SPOT or SPOT-Sets checkpoint folder whose weights start the run (same model config)."""
-    trainable: listed(Text) | None = None
+    trainable: Texts | None = None
     """Names (or name prefixes) of the only parameters that train, e.g. [tau_project, commit_head,
     commit_weight]: with a SPOT `init_checkpoint`, the trunk and the argmax and token heads SPOT learned
     from far more generations stay as they are. None: every parameter trains."""
@@ -89,7 +91,7 @@ class SpotSetsRecipe:
     validation_fraction: Fraction = 0.1
     checkpoint_every: Count = 250
     eval_every: Count = 250
-    model: options_of(SpotConfig) = field(default_factory=dict)
+    model: SpotOptions = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "temperatures", tuple(self.temperatures))
@@ -101,7 +103,9 @@ class SpotSetsRecipe:
 
     @property
     def tau(self) -> float:
-        return threshold_tau(self.rule)
+        tau = threshold_tau(self.rule)
+        assert tau is not None  # a threshold rule (checked when the recipe is read)
+        return tau
 
     @property
     def max_depth(self) -> int:
@@ -162,7 +166,8 @@ def evaluate(net: nn.Module, data: dict[str, Tensor], tau: float, calibration: C
     """Mean NLL and accuracies on `data`: the argmax, the most probable set (argmax plus every position
     whose commit probability is > 1/2), that set with the best tokens (the tree's first child), and
     the same for the stale view's own threshold rule (the confidence-set baseline)."""
-    count, total = data["argmax"].numel(), {}
+    count = data["argmax"].numel()
+    total: dict[str, float] = {}
     for start in range(0, count, batch_size):
         index = torch.arange(start, min(count, start + batch_size))
         position, commit, token = forward(net, data, index, tau, calibration)
@@ -171,13 +176,13 @@ def evaluate(net: nn.Module, data: dict[str, Tensor], tau: float, calibration: C
         argmax = position.argmax(1)
         chosen = ((commit > 0) & masked).scatter(1, argmax[:, None], True)
         outcome = data["token"][index].long()
-        found = hits(argmax, chosen, token.argmax(-1) == outcome, data, index)
+        found: dict[str, float] = {**hits(argmax, chosen, token.argmax(-1) == outcome, data, index)}
         candidate = data["candidate"][index]
         rule_argmax = candidate[..., CONFIDENCE].masked_fill(~masked, -torch.inf).argmax(1)
         logit_tau = torch.tensor(min(tau, MAX_TAU)).logit().float()
         rule_set = ((candidate[..., LOG_ODDS] >= logit_tau) & masked).scatter(1, rule_argmax[:, None], True)
         found |= {f"rule_{k}": v for k, v in hits(rule_argmax, rule_set, outcome == TOP, data, index).items()}
-        found |= {"loss": float(sum(parts).sum())}
+        found |= {"loss": float(cast(Tensor, sum(parts)).sum())}
         found |= {name: float(part.sum()) for name, part in zip(("position_nll", "commit_nll", "token_nll"), parts)}
         total = {k: total.get(k, 0) + v for k, v in found.items()}
     return {k: v / max(1, count) for k, v in total.items()}
@@ -193,6 +198,7 @@ def initial_weights(folder: str, net: SpotSetsNet) -> dict:
     """Loads a SPOT or SPOT-Sets checkpoint's weights into `net` (a SPOT one leaves the tau projection
     and the commit head at their zero start) and returns its record for the provenance."""
     path = Path(folder)
+    start: SpotEncoder  # a SPOT-Sets checkpoint, or a SPOT one (the same modules)
     if (path / CONFIG_FILE).exists():
         start, record = load_spot_sets(path), {"folder": folder, "provenance": read_meta(path).get("provenance", {})}
     elif (path / SPOT_CONFIG_FILE).exists():
@@ -242,7 +248,7 @@ def train(recipe: SpotSetsRecipe, target: DLMTarget, jobs: list[Job], run_dir: P
     net.train()
     while step < recipe.steps:
         index = torch.multinomial(draw, recipe.batch_size, replacement=True, generator=order)
-        loss = sum(set_nll(*forward(net, training, index, recipe.tau), training, index)).mean()
+        loss = cast(Tensor, sum(set_nll(*forward(net, training, index, recipe.tau), training, index))).mean()
         lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
         optimizer_step(optimizer, [p for p in net.parameters() if p.requires_grad], loss, lr, grad_clip=1.0)
         step += 1
@@ -303,7 +309,7 @@ def fit_calibration(net: SpotSetsNet, data: dict[str, Tensor], tau: float) -> Ca
     def closure() -> Tensor:
         optimizer.zero_grad()
         calibrated = calibration(values).apply(position, commit, token, gap, odds_gap)
-        loss = sum(set_nll(*calibrated, data, index)).mean() + CALIBRATION_PRIOR * values.square().sum()
+        loss = cast(Tensor, sum(set_nll(*calibrated, data, index))).mean() + CALIBRATION_PRIOR * values.square().sum()
         loss.backward()
         return loss
 

@@ -31,11 +31,11 @@ import math
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
 from proposers.spot.features import MASKED
-from proposers.spot.tree import DepthTables, SearchInputs, StaleViewTreeProposer
+from proposers.spot.tree import DepthTables, PathSearch, StaleViewTreeProposer
 from proposers.spot_sets.network import Calibration, SpotSetsNet, predict
 
 Path = tuple[tuple[int, ...], ...]
@@ -157,27 +157,31 @@ def first_alternative(options: list[Option]) -> float:
     return options[0][0] - options[1][0]
 
 
-class SetSearch(SearchInputs):
+class SetSearch(PathSearch[tuple[int, ...], Output]):
     """SPOT's search inputs (stale candidates by depth, ages and network outputs by path) where a
     path's steps are sets, and the network is SPOT-Sets' with its calibration."""
 
-    def __init__(self, net: nn.Module, calibration: Calibration | None, request: DraftRequest):
+    def __init__(self, net: SpotSetsNet, calibration: Calibration | None, request: DraftRequest):
         super().__init__(net, request)
+        self.net: SpotSetsNet = net
         self.calibration = calibration
 
-    step = staticmethod(commit_set)
+    def step(self, ages: list[int], last: tuple[int, ...]) -> list[int]:
+        return commit_set(ages, last)
 
     def evaluate(self, paths: list[Path]) -> None:
         """One network call for `paths` (distinct, not cached yet), read back in one transfer."""
         depths = [len(p) for p in paths]
         n, device = len(paths), self.device
+        tau = self.request.rule.tau
+        assert tau is not None  # a threshold rule (SpotSetsProposer.rule)
         with torch.inference_mode():
             position, commit, token = predict(
                 self.net, self.calibration, self.static.expand(n, -1, -1),
                 torch.stack([self.at_depth(d).features for d in depths]),
                 torch.tensor([self.ages(p) for p in paths], device=device), torch.tensor(depths, device=device),
                 torch.full((n,), self.request.temperature, device=device),
-                torch.full((n,), float(self.request.rule.tau), device=device))
+                torch.full((n,), float(tau), device=device))
         position, commit, token = position.cpu(), commit.cpu(), token.cpu()
         for i, path in enumerate(paths):
             self.outputs[path] = to_output(position[i], commit[i], token[i])
@@ -208,7 +212,7 @@ def upcoming(frontier: list[Entry], paths: list[Path], search: SetSearch, most: 
     return out
 
 
-def grow(net: nn.Module, calibration: Calibration | None, request: DraftRequest, lookahead: int
+def grow(net: SpotSetsNet, calibration: Calibration | None, request: DraftRequest, lookahead: int
          ) -> tuple[DraftTree, SetSearch]:
     """The best-first SPOT-Sets tree of `request` (stale view present, threshold rule, budget > 0),
     and what the search read (its calls and rows)."""
@@ -252,7 +256,7 @@ def grow(net: nn.Module, calibration: Calibration | None, request: DraftRequest,
     return DraftTree(tuple(nodes)), search
 
 
-class SpotSetsProposer(StaleViewTreeProposer):
+class SpotSetsProposer(StaleViewTreeProposer[SpotSetsNet]):
     """SPOT-Sets' draft trees (proposers/spot_sets/network.py), grown by `grow` (module docstring).
 
     `lookahead`: the most rows of one network call (the missing node and the chain guessed below

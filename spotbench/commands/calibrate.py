@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from harness.results import git_revision
-    from harness.targets.registry import check_lengths_for, load_target, target_kind
+    from harness.targets.registry import check_lengths_for, load_dlm_target, target_kind
     from harness.training.loop import save_state
     from proposers.registry import PROPOSERS, parse_proposer, spot_sets_folder
     from proposers.spot.collection import DATA_FILE
@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     folder = spot_sets_folder(argument)
     meta = read_meta(folder)
     rule = args.rule or meta["provenance"]["rule"]
-    if threshold_tau(rule) is None:
+    tau = threshold_tau(rule)
+    if tau is None:
         raise UserError(f"--rule {rule}: SPOT-Sets is calibrated for a threshold rule, threshold:TAU, TAU in (0, 1]")
     sources = calibration_set(args.tasks)
     if sum(count for _, _, count in sources) > MAX_PROMPTS:
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if target_kind(args.model) != "dlm":
         raise UserError(f"model {args.model!r} is autoregressive; SPOT-Sets drafts for diffusion targets")
     check_lengths_for(args.model, args.gen_length, args.block_length)
-    target = load_target(args.model)
+    target = load_dlm_target(args.model, what="SPOT-Sets")
     names, prompts = load_prompts(sources, target)
     jobs = [(name, ids, t) for name, ids in zip(names, prompts) for t in temps]
     settings = Settings(args.model, rule, args.gen_length, args.block_length, args.seed,
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         cache.parent.mkdir(parents=True, exist_ok=True)
         save_state(cache, {"collection": collection, "parts": parts})
     data = SetViews.cat(parts)
-    net, tau = load_spot_sets(folder), threshold_tau(rule)
+    net = load_spot_sets(folder)
     calibration = fit_calibration(net, data, tau)
     record = {
         "calibration": asdict(calibration),

@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.decoding import parse_rule
     from harness.results import git_revision
     from harness.targets.families import FAMILIES
-    from harness.targets.registry import check_lengths_for, load_target
+    from harness.targets.registry import check_lengths_for, load_dlm_target
     from proposers.spiffy.draft_graph import SpiffyCalibration, calibrate
 
     torch.set_num_threads(1)
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     check_lengths_for(args.model, args.gen_length, args.block_length)
     if args.nodes < 1 or args.seed < 0:
         raise UserError("--nodes must be >= 1 and --seed >= 0")
-    target = load_target(args.model)
+    target = load_dlm_target(args.model, what="Spiffy")
     names, prompts = load_prompts(sources, target)
     rule = parse_rule(args.rule, target.family, target.mask_id)
     graphs = calibrate(target, prompts, rule, temps, args.gen_length, args.block_length, args.nodes, args.seed)

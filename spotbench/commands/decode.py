@@ -78,9 +78,9 @@ def run(args: argparse.Namespace) -> int:
     if args.prompt_ids is not None:
         prompts: list[str | list[int]] = [parse_ids(args.prompt_ids, "--prompt-ids")]
     elif args.prompt_ids_file is not None:
-        prompts = read_ids_file(args.prompt_ids_file)
+        prompts = list(read_ids_file(args.prompt_ids_file))
     else:
-        prompts = read_prompts(args)
+        prompts = list(read_prompts(args))
     # one group of a suite, checked as a run checks it; a list of one each, so a comma is no second value
     suite = build_suite({}, {"models": [args.model], "proposers": [args.proposer], "budgets": [args.budget],
                              "rules": [args.rule], "temperatures": [args.temperature], "seeds": [args.seed],

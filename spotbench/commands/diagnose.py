@@ -35,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--samples", default="3", help="sample outputs to show")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--device", help="auto (default: a GPU when visible, else the CPU), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", help="auto (default: bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64")
+    parser.add_argument("--dtype",
+                        help="auto (default: bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64")
     parser.set_defaults(func=run)
 
 
@@ -75,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"task {args.task!r} is zero-shot only; drop --fewshot")
     samples = task.load(suite.split, limit=suite.limit)
     rows = [dataclasses.asdict(row)
-            for group in evaluator.evaluate(Unit(args.model, args.task, tuple(samples), suite.groups())) for row in group]
+            for group in evaluator.evaluate(Unit(args.model, args.task, tuple(samples), tuple(suite.groups())))
+            for row in group]
     [summary] = summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
     report = summary | {"samples": [
         {"question": sample.question, "output": row["completion"], "correct": row["correct"]}

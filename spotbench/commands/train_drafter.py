@@ -20,14 +20,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.errors import UserError
-    from harness.targets.registry import load_target, target_kind
+    from harness.targets.registry import load_ar_only, target_kind
     from proposers.psi.training import DrafterRecipe, train_drafter
 
     recipe = DrafterRecipe.load(args.recipe, args.steps)
     if target_kind(recipe.base) != "ar":
         raise UserError(f"recipe {args.recipe}: base {recipe.base!r} is not an autoregressive target; Psi-Spec "
                         "drafts for causal LMs (smollm2, ar-a, a causal-LM folder)")
-    target = load_target(recipe.base, args.device, "float32")
+    target = load_ar_only(recipe.base, args.device, "float32", what="Psi-Spec")
     meta = train_drafter(recipe, target, task_pairs(recipe, target), Path(args.out))
     print(json.dumps({k: meta[k] for k in ("base", "base_hash", "steps", "train_seconds")} | {"curve": meta["curve"]}))
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from spotbench.commands import add_recipe_arguments
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from cluster.ordered import map_in_order
     from cluster.runner import check_address
     from harness.recipes import load_recipe
-    from harness.targets.registry import load_target
+    from harness.targets.registry import load_dlm_target
     from harness.validation import Count, check_value, read_mapping
     from proposers.spot import training as spot_training
     from proposers.spot.collection import recipe_jobs
@@ -46,14 +47,15 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)
     sets = "rule" in read_mapping(args.recipe, "recipe")
-    kind, train = ((spot_sets_training.SpotSetsRecipe, spot_sets_training.train) if sets
-                   else (SpotRecipe, spot_training.train))
+    kind: type[SpotRecipe] | type[spot_sets_training.SpotSetsRecipe] = (
+        spot_sets_training.SpotSetsRecipe if sets else SpotRecipe)
+    train: Callable[..., dict] = spot_sets_training.train if sets else spot_training.train
     recipe = load_recipe(kind, args.recipe, {"steps": args.steps})
     workers = check_value(Count, args.workers, "--workers")
     out = Path(args.out)
     if args.address:
         check_address(args.address)  # now, not after the teachers load and the bar starts
-    target = load_target(recipe.target)
+    target = load_dlm_target(recipe.target, what="SPOT")
     jobs = recipe_jobs(recipe, train_prompts(recipe.tasks, target.tokenizer))
     map_chunks = None
     if workers > 1 or args.address:
