@@ -42,10 +42,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="exactness mode: float64 targets, rows evaluated one by one")
     parser.add_argument("--ar-sampling", help="autoregressive arms: coupled (default; token-exact) or rejection "
                                               "(rejection sampling, lossless in distribution)")
-    parser.add_argument("--device", help="auto (default: a worker's GPU when it has one, else its CPU), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", help="auto (default: bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64")
+    parser.add_argument("--device",
+                        help="auto (default: a worker's GPU when it has one, else its CPU), cpu, cuda, cuda:N")
+    parser.add_argument("--dtype",
+                        help="auto (default: bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64")
     parser.add_argument("--workers", help="Ray workers (default: as many as the GPUs hold, else one per CPU)")
-    parser.add_argument("--gpus-per-worker", help="GPUs each worker reserves on a GPU cluster (default 1; 0.5 shares one)")
+    parser.add_argument("--gpus-per-worker",
+                        help="GPUs each worker reserves on a GPU cluster (default 1; 0.5 shares one)")
     parser.add_argument("--address", help="an existing Ray cluster (host:port or auto); default: local")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--transfer", action="store_true",
@@ -102,8 +105,9 @@ TRANSFER_COLUMNS = [("model", "{}"), ("task", "{}"), ("T", "{:g}"), ("rule", "{}
                     ("speedup_nfe", "{:.3f}x"), ("95% interval", "{0[0]:.2f}-{0[1]:.2f}"),
                     ("vs best baseline", "{:.3f}"), ("95% interval ", "{0[0]:.3f}-{0[1]:.3f}"), ("best", "{}"),
                     ("of oracle", "{:.2f}"), ("speedup_wall", "{:.2f}x")]
-FIELDS = {"T": "temperature", "batch": "batch_size", "exact": "exact_rate", "accept": "mean_accept_len", "95% interval": "speedup_nfe_ci95",
-          "tok/s": "spec_tokens_per_s", "plain tok/s": "plain_tokens_per_s", "predicted": "predicted_speedup_wall", "trained on": "trained_on", "vs best baseline": "vs_best_baseline",
+FIELDS = {"T": "temperature", "batch": "batch_size", "exact": "exact_rate", "accept": "mean_accept_len",
+          "95% interval": "speedup_nfe_ci95", "tok/s": "spec_tokens_per_s", "plain tok/s": "plain_tokens_per_s",
+          "predicted": "predicted_speedup_wall", "trained on": "trained_on", "vs best baseline": "vs_best_baseline",
           "95% interval ": "vs_best_baseline_ci95", "best": "best_baseline", "of oracle": "oracle_fraction"}
 
 

@@ -19,8 +19,8 @@ SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence",), limit=4, 
 def rows() -> list[dict]:
     evaluator = Evaluator(SUITE)
     samples = get_task("arith").load("test", limit=4)
-    return [dataclasses.asdict(r) for s in samples for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), SUITE.groups()))
-            for r in g]
+    return [dataclasses.asdict(r) for s in samples
+            for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), SUITE.groups())) for r in g]
 
 
 CONFIG = SUITE.config()
@@ -102,7 +102,8 @@ def test_runs_of_other_settings_are_refused_unless_allowed(tmp_path, rows, capsy
     captured = capsys.readouterr()
     assert captured.err.startswith("spotbench: warning: ") and "gate: PASS" in captured.out
     # arms are matched by key: another budget list is a missing arm, not a refusal
-    more = write_run(tmp_path / "more", rows + [r | {"budget": 8} for r in rows], config=SUITE.config() | {"budgets": [4, 8]})
+    more = write_run(tmp_path / "more", rows + [r | {"budget": 8} for r in rows],
+                     config=SUITE.config() | {"budgets": [4, 8]})
     assert main(["gate", more, "--baseline", base]) == 0
 
 

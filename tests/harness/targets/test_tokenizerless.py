@@ -68,8 +68,8 @@ def test_a_folder_missing_both_ids_names_both_and_says_it_has_no_tokenizer(tmp_p
     assert ("no mask and no eos token id (config.json has no mask_token_id or eos_token_id and the folder has no "
             "tokenizer); give them with --mask-id and --eos-id") in err, err
     assert main(["target", str(folder), "--mask-id", "2"]) == 2  # one of them given: the other named alone
-    assert "no eos token id (config.json has no eos_token_id and the folder has no tokenizer); give it with --eos-id" in (
-        error_line(capsys))
+    assert ("no eos token id (config.json has no eos_token_id and the folder has no tokenizer); give it with --eos-id"
+            in error_line(capsys))
     assert main(["target", str(folder), "--mask-id", "2", "--eos-id", "1"]) == 0
 
 
