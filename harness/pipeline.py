@@ -22,11 +22,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.decoding import DecodeConfig, Generation, Proposer, decode_batch, parse_rule, plain_generation
-from harness.decoding import speculative_generation
+from harness.decoding import (
+    DecodeConfig,
+    Generation,
+    Proposer,
+    decode_batch,
+    parse_rule,
+    plain_generation,
+    speculative_generation,
+)
+from harness.decoding.ar_rejection import COUPLED, DISTRIBUTION, REJECTION, ar_rejection_generation
+from harness.decoding.autoregressive import AR_RULE, ARConfig, ARProposer, ar_generation, ar_plain_generation
 from harness.decoding.batch import Decoding
-from harness.decoding.ar_rejection import COUPLED, DISTRIBUTION, REJECTION, ar_rejection_decode
-from harness.decoding.autoregressive import AR_RULE, ARConfig, ARProposer, ar_decode, ar_plain_decode
 from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
 from harness.lossless import check_lossless
 from harness.results import AUTO, Row
@@ -147,35 +154,37 @@ def _row(group: Group, arm: Arm, plain: Generation, spec: Generation, completion
         speedup_nfe=plain.metrics.target_forwards / spec.metrics.target_forwards,
         speedup_wall=plain.metrics.wall_s / spec.metrics.wall_s if spec.metrics.wall_s else None,
         exact=report.exact if checked else None, verdict=report.verdict if checked else DISTRIBUTION,
-        divergence_token=divergence and divergence.token, divergence_step=divergence and divergence.step,
-        divergence_confidence_margin=divergence and divergence.confidence_margin,
-        divergence_decision_gap=divergence and divergence.decision_gap, near_tie_tolerance=tolerance,
-        completion=completion, correct=plain_score and plain_score.correct,
-        score=plain_score and json.dumps(plain_score.details, default=str),
-        spec_completion=spec_completion, spec_correct=spec_score and spec_score.correct,
+        divergence_token=divergence.token if divergence else None,
+        divergence_step=divergence.step if divergence else None,
+        divergence_confidence_margin=divergence.confidence_margin if divergence else None,
+        divergence_decision_gap=divergence.decision_gap if divergence else None, near_tie_tolerance=tolerance,
+        completion=completion, correct=plain_score.correct if plain_score else None,
+        score=json.dumps(plain_score.details, default=str) if plain_score else None,
+        spec_completion=spec_completion, spec_correct=spec_score.correct if spec_score else None,
         plain_answer_ids=list(plain.answer_ids), spec_answer_ids=list(spec.answer_ids), worker=worker,
     )
 
 
 def decoder(target: DLMTarget | ARTarget, group: Group, ar_sampling: str = COUPLED
-            ) -> Callable[[Proposer | ARProposer | None, int], Decoding]:
-    """The group's loop as `loop(proposer, budget)`, for `decode_batch`; proposer None: the traced
-    plain reference. AR targets decode token by token and take only the rule `greedy`, coupled or by
-    rejection sampling (`harness.decoding.ar_rejection`), one generation at a time; DLMs block by
-    block with the group's rule, coupled."""
+            ) -> Callable[[Any, int], Decoding]:
+    """The group's loop as `loop(proposer, budget)`, for `decode_batch`; the proposer is a `Proposer`
+    for a diffusion target, an `ARProposer` for an autoregressive one, and None for the traced plain
+    reference. AR targets decode token by token and take only the rule `greedy`, coupled or by
+    rejection sampling (`harness.decoding.ar_rejection`); DLMs block by block with the group's rule,
+    coupled."""
     prompt = list(group.prompt_ids)
     if isinstance(target, ARTarget):
         if group.rule != AR_RULE:
             raise ValueError(f"an autoregressive target decodes with rule {AR_RULE!r}, not {group.rule!r}")
         ar_config = ARConfig(group.gen_length, group.temperature, group.seed)
 
-        def decode_ar(proposer: ARProposer | None, budget: int) -> Generation:
+        def loop_ar(proposer: ARProposer | None, budget: int) -> Decoding:
             if proposer is None:
-                return ar_plain_decode(target, prompt, ar_config)
+                return ar_plain_generation(target, prompt, ar_config)
             if ar_sampling == REJECTION:
-                return ar_rejection_decode(target, prompt, proposer, ar_config, budget)
-            return ar_decode(target, prompt, proposer, ar_config, budget)
-        return lambda proposer, budget: unbatched(decode_ar, proposer, budget)
+                return ar_rejection_generation(target, prompt, proposer, ar_config, budget)
+            return ar_generation(target, prompt, proposer, ar_config, budget)
+        return loop_ar
     if ar_sampling != COUPLED:
         raise ValueError(f"a diffusion target decodes coupled, not with ar_sampling {ar_sampling!r}")
     config = DecodeConfig(parse_rule(group.rule, target.family, target.mask_id), group.gen_length,
@@ -186,12 +195,6 @@ def decoder(target: DLMTarget | ARTarget, group: Group, ar_sampling: str = COUPL
             return plain_generation(target, prompt, config)
         return speculative_generation(target, prompt, proposer, config, budget)
     return loop_dlm
-
-
-def unbatched(decode: Callable[..., Generation], *args: Any) -> Decoding:
-    """A loop that decodes alone, as a `Decoding` that asks `decode_batch` for no pass (it times itself)."""
-    return decode(*args)
-    yield  # noqa: unreachable: makes this a generator
 
 
 def decode_text(target: DLMTarget | ARTarget, ids: list[int]) -> str:

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from harness.decoding.autoregressive import ARConfig, ARDraftRequest, PassLog, target_token
+from harness.decoding.batch import Decoding, Pass, decode_batch
 from harness.decoding.generation import Generation
 from harness.decoding.noise import NoiseSource, gumbel
 from harness.decoding.tree import LEAF, NO_DRAFT, TOKEN
@@ -121,8 +122,14 @@ def residual_token(p: Tensor, q: Tensor, noise: Tensor | None) -> int:
 
 def ar_rejection_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: DistributionProposer,
                         config: ARConfig, budget: int) -> Generation:
+    """One generation, driven alone; `decode_batch` drives many `ar_rejection_generation`s together."""
+    return decode_batch(target, [ar_rejection_generation(target, prompt_ids, proposer, config, budget)])[0]
+
+
+def ar_rejection_generation(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: DistributionProposer,
+                            config: ARConfig, budget: int) -> Decoding:
     """The rejection-mode loop (module docstring): one verify forward per pass over the root and the
-    chain, KV of the accepted prefix kept, the rest dropped, as in the coupled loop."""
+    chain (yielded as a `Pass`), KV of the accepted prefix kept, the rest dropped, as in the coupled loop."""
     temperature, eos, seed = config.temperature, target.eos_id, config.seed
     log, session = PassLog.begin(target, prompt_ids, proposer, config, budget)
     sampled = temperature > 0
@@ -131,11 +138,12 @@ def ar_rejection_decode(target: ARTarget, prompt_ids: list[int] | Tensor, propos
     metrics, tokens = log.metrics, log.tokens
     while log.unfinished():
         position = session.position
-        for stream in (plain, drafting) if sampled else ():
-            stream.forget_before(position)
+        for stream in (plain, drafting):
+            if stream is not None:  # sampled
+                stream.forget_before(position)
         chain = log.draft(proposer.propose_chain, session, drafting, temperature)
         drafted = _kept(chain.tokens, min(budget, log.left()), eos)
-        logits = log.verify(session, torch.tensor(drafted, dtype=torch.long), list(range(len(drafted))))
+        logits = yield Pass(session, torch.tensor(drafted, dtype=torch.long), list(range(len(drafted))))
         depth = 0
         while True:
             noise = plain(position + depth)[0] if plain else None

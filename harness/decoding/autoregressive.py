@@ -31,9 +31,10 @@ from typing import Protocol, TypeVar, runtime_checkable
 import torch
 from torch import Tensor
 
-from harness.decoding.generation import Generation, check_numbers, synchronize
+from harness.decoding.batch import Decoding, Pass, decode_batch
+from harness.decoding.generation import Generation, check_numbers
 from harness.decoding.metrics import Metrics
-from harness.decoding.noise import NoiseSource
+from harness.decoding.noise import NoiseSource, PositionNoise
 from harness.decoding.rules import StepRecord, Transition, candidate_scores
 from harness.decoding.tree import LEAF, NO_DRAFT, TOKEN, DraftTree
 from harness.targets.ar import ARSession, ARTarget
@@ -65,7 +66,7 @@ class ARDraftRequest:
     context: Tensor
     """[L] on the CPU: the prompt and every committed token; the draft continues it."""
     prompt_length: int
-    noise: NoiseSource | None
+    noise: PositionNoise | None
     """Noise keyed by absolute position: the node at depth d decides position `len(context) + d - 1`."""
     temperature: float
     budget: int
@@ -158,7 +159,14 @@ def target_token(logits: Tensor, noise: Tensor | None, temperature: float, recor
 
 def ar_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProposer, config: ARConfig,
               budget: int, trace: bool = False) -> Generation:
-    """The AR loop (module docstring). `trace` keeps a `StepRecord` per token (the reference does)."""
+    """One generation, driven alone; `decode_batch` drives many `ar_generation`s together."""
+    return decode_batch(target, [ar_generation(target, prompt_ids, proposer, config, budget, trace)])[0]
+
+
+def ar_generation(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProposer, config: ARConfig,
+                  budget: int, trace: bool = False) -> Decoding:
+    """The AR loop (module docstring), yielding each target pass (`Pass` with the tree's parents).
+    `trace` keeps a `StepRecord` per token (the reference does)."""
     temperature, eos = config.temperature, target.eos_id
     log, session = PassLog.begin(target, prompt_ids, proposer, config, budget)
     noise = NoiseSource(config.seed, 1, target.vocab_size) if temperature > 0 else None
@@ -170,13 +178,13 @@ def ar_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProp
             noise.forget_before(position)
         draft = log.draft(proposer.propose, session, noise, temperature)
         tree = prepare_ar(draft, budget, log.left(), eos)
-        logits = log.verify(session, tree.tokens, tree.parents)
+        logits = yield Pass(session, tree.tokens, list(tree.parents))  # one target pass over root + nodes
         row, depth, path = 0, 0, []
         while True:
             token, record = target_token(logits[row], noise(position + depth)[0] if noise else None, temperature,
                                          trace)
             tokens.append(token)
-            if trace:
+            if record is not None:  # traced
                 records.append(record)
             child = tree.children.get((row, token))
             if child is None or token == eos or len(tokens) == config.gen_length:
@@ -207,7 +215,8 @@ def count_draft_forwards(metrics: Metrics, proposer: object, before: DraftForwar
 class PassLog:
     """What an AR loop records pass by pass, and the `Generation` it becomes: one definition for the
     coupled loop here and the rejection loop (`harness.decoding.ar_rejection`), so rows of both modes
-    count commits, passes, draft forwards and wall time the same way."""
+    count commits, passes and draft forwards the same way (their wall and target time are timed by
+    `harness.decoding.batch.decode_batch`, which drives both loops)."""
 
     proposer: object
     budget: int
@@ -216,7 +225,6 @@ class PassLog:
     prompt: Tensor
     metrics: Metrics
     forwards_before: DraftForwards
-    started: float
     tokens: list[int] = field(default_factory=list)
     pass_commits: list[int] = field(default_factory=list)
     stops: list[str] = field(default_factory=list)
@@ -224,15 +232,14 @@ class PassLog:
     @classmethod
     def begin(cls, target: ARTarget, prompt_ids: list[int] | Tensor, proposer: object, config: ARConfig,
               budget: int) -> tuple[PassLog, ARSession]:
-        """A generation's start: the target's session over the prompt, and the log, whose wall time and
-        draft-forward count start here."""
+        """A generation's start: the target's session over the prompt, and the log, whose draft-forward
+        count starts here."""
         if budget < 0:
             raise ValueError(f"the draft budget must be >= 0, got {budget}")
         session = target.start(prompt_ids)
         metrics = Metrics(accepted_per_depth=[0] * budget)
         forwards_before = draft_forwards(proposer)
-        log = cls(proposer, budget, config.gen_length, target.eos_id, session.pending.cpu(), metrics, forwards_before,
-                  time.perf_counter())
+        log = cls(proposer, budget, config.gen_length, target.eos_id, session.pending.cpu(), metrics, forwards_before)
         return log, session
 
     def unfinished(self) -> bool:
@@ -243,7 +250,7 @@ class PassLog:
         """The most drafts this pass could commit: the tokens left, less the pass's own token."""
         return self.gen_length - len(self.tokens) - 1
 
-    def draft(self, propose: Callable[[ARDraftRequest], D], session: ARSession, noise: NoiseSource | None,
+    def draft(self, propose: Callable[[ARDraftRequest], D], session: ARSession, noise: PositionNoise | None,
               temperature: float) -> D:
         """The proposer's draft for this pass (timed as proposer time): the context so far, at most
         min(budget, `left`) drafts."""
@@ -253,14 +260,6 @@ class PassLog:
                                        min(self.budget, self.left()), session))
         self.metrics.proposer_s += time.perf_counter() - before
         return draft
-
-    def verify(self, session: ARSession, tokens: Tensor, parents: list[int]) -> Tensor:
-        """The pass's one target forward over the root and the drafts (timed as target time)."""
-        before = time.perf_counter()
-        logits = session.forward(tokens, parents)
-        synchronize(logits)
-        self.metrics.target_s += time.perf_counter() - before
-        return logits
 
     def end_pass(self, session: ARSession, drafted: int, path: list[int], token: int, stop: str) -> None:
         """Record a pass that accepted the drafts on `path` and committed `token` (already in `tokens`)
@@ -273,8 +272,7 @@ class PassLog:
 
     def generation(self, session: ARSession, eos: int, records: list[StepRecord] | None) -> Generation:
         """The finished generation: the session's forward counts and the trajectory, one token a step."""
-        metrics = self.metrics
-        metrics.wall_s = time.perf_counter() - self.started
+        metrics = self.metrics  # its wall and target time are `decode_batch`'s
         metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(self.tokens)
         count_draft_forwards(metrics, self.proposer, self.forwards_before)
         steps = [Transition((i,), (t,)) for i, t in enumerate(self.tokens)]
@@ -292,3 +290,8 @@ class NoARDraft:
 def ar_plain_decode(target: ARTarget, prompt_ids: list[int] | Tensor, config: ARConfig) -> Generation:
     """The reference every speculative AR arm must reproduce token for token: budget 0, traced."""
     return ar_decode(target, prompt_ids, NoARDraft(), config, 0, trace=True)
+
+
+def ar_plain_generation(target: ARTarget, prompt_ids: list[int] | Tensor, config: ARConfig) -> Decoding:
+    """`ar_plain_decode`'s loop, for `decode_batch`."""
+    return ar_generation(target, prompt_ids, NoARDraft(), config, 0, trace=True)

@@ -33,10 +33,26 @@ from harness.decoding.generation import Generation, synchronize
 
 @dataclass(frozen=True)
 class Pass:
-    """What a generation asks of the target: one pass of `session` over `states`."""
+    """What a generation asks of the target: one pass of `session` over `states` (a diffusion
+    target's block states [n, B]), or for an autoregressive target over the draft tree `states`
+    (node tokens [n]) with its `parents`."""
 
     session: Any
     states: Tensor
+    parents: list[int] | None = None
+
+    @property
+    def rows(self) -> int:
+        """Rows the pass evaluates: what its share of a batched pass's time is measured by."""
+        return self.states.shape[0] if self.parents is None else 1 + len(self.parents)
+
+    def alone(self) -> Any:
+        """The pass as its session's own `forward`."""
+        return self.session.forward(self.states) if self.parents is None else self.session.forward(self.states,
+                                                                                                    self.parents)
+
+    def inputs(self) -> tuple:
+        return (self.session, self.states) if self.parents is None else (self.session, self.states, self.parents)
 
 
 Decoding = Generator[Pass, Any, Generation]
@@ -86,9 +102,9 @@ def decode_batch(target: Any, generations: Iterable[Decoding], batch_size: int =
         before = time.perf_counter()
         outputs = evaluate(target, requests)
         elapsed = time.perf_counter() - before
-        rows = sum(r.states.shape[0] for r in requests)
+        rows = sum(r.rows for r in requests)
         for index, request, output in zip(order, requests, outputs):
-            clock[index][1] += elapsed * request.states.shape[0] / rows
+            clock[index][1] += elapsed * request.rows / rows
             loop = active.pop(index)[0]
             resume(index, loop, output)
     return [done[i] for i in range(len(done))]
@@ -98,9 +114,9 @@ def evaluate(target: Any, requests: list[Pass]) -> list[Any]:
     """The passes' outputs, in order: a single pass is its session's own `forward` (so a batch of one
     is exactly the unbatched decode), several go through the target's `forward_many`."""
     if len(requests) == 1 or not hasattr(target, "forward_many"):
-        outputs = [r.session.forward(r.states) for r in requests]
+        outputs = [r.alone() for r in requests]
     else:
-        outputs = target.forward_many([(r.session, r.states) for r in requests])
+        outputs = target.forward_many([r.inputs() for r in requests])
     first = outputs[0]
     synchronize(first if isinstance(first, Tensor) else first.current)
     return outputs

@@ -19,6 +19,10 @@ the pending tokens and of the accepted path and drops every other row's, so a re
 reaches a later token. Plain decoding is the same session with no nodes, which is the call
 `model.generate` makes (no mask: the model's own causal path).
 
+Several generations' passes go through one model call (`ARTarget.forward_many`,
+`harness.targets.batching.forward_trees`: rows padded on the left, per-row positions and tree masks
+over each generation's own cache, padded with masked keys; each session then keeps its own cache).
+
 Exactness mode (`ARTarget.exact`): float64 and every node row evaluated on its own, as one query over
 a cache of exactly its context (cache + ancestors) with no mask: the very call plain decoding makes for
 that token, so its logits equal plain decoding's bitwise whatever the tree (on a GPU with
@@ -34,7 +38,7 @@ import os
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -87,11 +91,33 @@ class ARTarget:
         model = copy.deepcopy(self.model).to(torch.float64)
         return ARTarget(model, self.tokenizer, self.eos_id, self.name, rowwise=True)
 
+    def forward_many(self, passes: Sequence[tuple[ARSession, Tensor, Sequence[int]]]) -> list[Tensor]:
+        """One pass over the draft trees of several generations, each counted as its own session's
+        pass (`harness.targets.batching.forward_trees`)."""
+        from harness.targets.batching import forward_trees
+
+        return forward_trees(self, passes)
+
     def start(self, prompt_ids: list[int] | Tensor) -> ARSession:
         prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=self.device)
         if prompt.ndim != 1 or prompt.numel() == 0:
             raise UserError("the prompt must be a non-empty sequence of token ids")
         return ARSession(self, prompt)
+
+
+class KVLayer(Protocol):
+    """One attention layer of a filled `DynamicCache`: its keys and values [batch, heads, positions, dim]."""
+
+    keys: Tensor
+    values: Tensor
+
+
+def kv_layers(cache: Any) -> list[KVLayer]:
+    """A `DynamicCache`'s layers as the key/value layers they are here. transformers types them as any
+    cache layer (linear-attention and not-yet-filled ones included), but an AR target's cache holds
+    full-attention layers only (sliding-window models are refused when loaded), filled by the first
+    forward before any of these is read."""
+    return cache.layers
 
 
 class ARSession:
@@ -119,28 +145,41 @@ class ARSession:
     def forward(self, tokens: Tensor, parents: Sequence[int]) -> Tensor:
         """One target pass: [1 + N, V] logits of the root and of each node j (token `tokens[j]`,
         child of row `parents[j]`: 0 is the root, i + 1 node i; parents come first)."""
-        if len(parents) != tokens.numel() or any(not 0 <= p <= j for j, p in enumerate(parents)):
-            raise ValueError(f"malformed draft tree: parents {list(parents)} for {tokens.numel()} tokens")
-        self.nfe += 1
-        self.rows += 1 + len(parents)
-        tokens = tokens.to(self.pending.device)
+        tokens = self.admit(tokens, parents)
         with torch.inference_mode():
             if self.target.rowwise:
                 return self._rowwise(tokens, parents)
             return self._tree(tokens, parents)
+
+    def admit(self, tokens: Tensor, parents: Sequence[int]) -> Tensor:
+        """Check and count one pass (also when it is shared with other generations: `forward_many`)."""
+        if len(parents) != tokens.numel() or any(not 0 <= p <= j for j, p in enumerate(parents)):
+            raise ValueError(f"malformed draft tree: parents {list(parents)} for {tokens.numel()} tokens")
+        self.nfe += 1
+        self.rows += 1 + len(parents)
+        return tokens.to(self.pending.device)
+
+    def tree_inputs(self, tokens: Tensor, parents: Sequence[int]) -> tuple[Tensor, Tensor, Tensor]:
+        """A pass's new tokens (pending, then nodes), their positions and who may attend to whom
+        [Q, cached + Q] (`_tree_mask`)."""
+        device = self.pending.device
+        depths = torch.tensor(_depths(parents), dtype=torch.long, device=device)
+        positions = torch.cat([torch.arange(self.cached, self.position, device=device), self.position - 1 + depths])
+        allowed = _tree_mask(self.pending.numel(), parents, self.cached).to(device)
+        return torch.cat([self.pending, tokens]), positions, allowed
 
     def commit(self, path: Sequence[int], bonus: int) -> None:
         """Keep the KV of the pending tokens and of the accepted nodes `path` (rows, root first),
         drop every other node's, and make `bonus` the next pending token."""
         base = self.cached + self.pending.numel()
         if self.target.rowwise:
-            for layer, *kvs in zip(self.cache.layers, *(self._node_kv[row - 1] for row in path)):
+            for layer, *kvs in zip(kv_layers(self.cache), *(self._node_kv[row - 1] for row in path)):
                 layer.keys = torch.cat([layer.keys, *(k for k, _ in kvs)], dim=-2)
                 layer.values = torch.cat([layer.values, *(v for _, v in kvs)], dim=-2)
         else:
             contiguous = list(path) == list(range(1, len(path) + 1))
             keep = torch.tensor([base + row - 1 for row in path], dtype=torch.long, device=self.pending.device)
-            for layer in self.cache.layers:
+            for layer in kv_layers(self.cache):
                 if contiguous:
                     layer.keys = layer.keys[..., : base + len(path), :]
                     layer.values = layer.values[..., : base + len(path), :]
@@ -186,11 +225,11 @@ class ARSession:
             context = DynamicCache([
                 (torch.cat([layer.keys, *(node_kv[a][i][0] for a in chain)], dim=-2),
                  torch.cat([layer.values, *(node_kv[a][i][1] for a in chain)], dim=-2))
-                for i, layer in enumerate(self.cache.layers)
+                for i, layer in enumerate(kv_layers(self.cache))
             ])
             position = torch.tensor([self.cached - 1 + depths[j]], device=device)
             rows.append(self._call(tokens[j : j + 1], position, context, None, 1)[-1])
-            node_kv.append([(layer.keys[..., -1:, :], layer.values[..., -1:, :]) for layer in context.layers])
+            node_kv.append([(layer.keys[..., -1:, :], layer.values[..., -1:, :]) for layer in kv_layers(context)])
         self._node_kv = node_kv
         return torch.stack(rows)
 
@@ -339,8 +378,8 @@ def _is_causal_lm(model_type: Any, architectures: Any) -> bool:
     if (not isinstance(model_type, str) or model_type in DLM_MODEL_TYPES
             or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
         return False
-    classes = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
-    classes = {classes} if isinstance(classes, str) else set(classes)
+    mapped = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
+    classes = {mapped} if isinstance(mapped, str) else set(mapped)
     return not architectures or (isinstance(architectures, list) and bool(classes & set(architectures)))
 
 
@@ -353,19 +392,21 @@ def _load_pretrained(folder: Path, gguf_file: str | None, dtype: torch.dtype, de
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     options: dict[str, Any] = {"local_files_only": True, "trust_remote_code": False}
+    loaded: Any  # (model, loading info): from_pretrained's annotation leaves out output_loading_info=True
     try:
         if gguf_file:
             options["gguf_file"] = gguf_file
-            model, info = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, output_loading_info=True,
-                                                               **options)
+            loaded = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, output_loading_info=True, **options)
+            model, info = loaded
             check_fits(model.num_parameters(), dtype, device, str(folder / gguf_file))
             model.to(device)
         else:
             config = AutoConfig.from_pretrained(str(folder), **options)
             with torch.device("meta"):
                 check_fits(AutoModelForCausalLM.from_config(config).num_parameters(), dtype, device, str(folder))
-            model, info = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, device_map=str(device),
-                                                               output_loading_info=True, **options)
+            loaded = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, device_map=str(device),
+                                                          output_loading_info=True, **options)
+            model, info = loaded
         tokenizer = AutoTokenizer.from_pretrained(str(folder), **options)
     except (OSError, ValueError, KeyError) as error:
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -67,3 +67,27 @@ def test_a_batched_pass_is_of_one_target():
     sa, sb = a.start(PROMPTS[0], 8, 8), b.start(PROMPTS[1], 8, 8)
     with pytest.raises(ValueError, match="one target"):
         forward_sessions([(sa, sa.first_state()[None]), (sb, sb.first_state()[None])])
+
+
+def test_autoregressive_tree_passes_get_their_own_logits_and_caches():
+    """Prefill passes, plain passes and draft trees of generations with other prompt lengths and
+    caches in one call (float64 weights, rows batched), against each generation's own pass."""
+    target = load_target("tiny-random-ar")
+    target.model.double()
+    prompts = [list(b"The quick brown fox"), list(b"hi"), list(b"abcabc")]
+    batched = [target.start(p) for p in prompts]
+    alone = [target.start(p) for p in prompts]
+    trees = [([], []), ([5, 6, 7], [0, 1, 1]), ([9], [0])]
+    largest = 0.0
+    for step in range(4):
+        passes = [(s, torch.tensor(tokens, dtype=torch.long), parents)
+                  for s, (tokens, parents) in zip(batched, trees if step else [([], [])] * 3)]
+        together = target.forward_many(passes)
+        for session, (_, tokens, parents), out in zip(alone, passes, together):
+            largest = max(largest, float((session.forward(tokens, parents) - out).abs().max()))
+        for a, b, (_, _, parents) in zip(batched, alone, passes):
+            path = [1] if parents else []
+            a.commit(path, 11 + step)
+            b.commit(path, 11 + step)
+    assert largest < 1e-10
+    assert [(s.nfe, s.rows, s.cached) for s in batched] == [(s.nfe, s.rows, s.cached) for s in alone]
