@@ -35,6 +35,7 @@ from harness.targets.ar import (
     folder_of,
     gguf_location,
     is_ar_name,
+    kv_layers,
     load_ar_target,
     smollm2_file,
 )
@@ -91,7 +92,7 @@ class DraftModelProposer:
             if a != b:
                 break
             keep += 1
-        for layer in self.cache.layers:
+        for layer in kv_layers(self.cache):
             layer.keys = layer.keys[..., :keep, :]
             layer.values = layer.values[..., :keep, :]
         self.cached = self.cached[:keep]
@@ -149,8 +150,9 @@ def check_same_vocabulary(draft: ARTarget, target: ARTarget, name: str) -> None:
 @functools.cache
 def tokenizer_vocabulary(name: str) -> tuple[tuple[str, int], ...]:
     """The token -> id map of an AR model's tokenizer, loaded alone (offline)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
+    tokenizer: PreTrainedTokenizerBase
     if name.startswith(TINY_AR):
         tokenizer = byte_tokenizer()
     else:

@@ -40,7 +40,7 @@ from harness.decoding.autoregressive import ARDraftRequest, DraftForwards
 from harness.decoding.rules import candidate_scores
 from harness.decoding.tree import DraftNode
 from harness.errors import UserError
-from harness.targets.ar import ARSession, ARTarget, folder_of
+from harness.targets.ar import ARSession, ARTarget, folder_of, kv_layers
 from harness.targets.zoo import ZOO_DIR
 from proposers.psi.lora import GatedLoRAModel, load_drafter, read_meta
 
@@ -70,7 +70,7 @@ def draft_block(drafter: GatedLoRAModel, session: ARSession, count: int) -> Tens
             out = drafter(gate=gate, input_ids=ids[None], position_ids=positions[None], attention_mask=mask[None, None],
                           cache=session.cache, use_cache=True, logits_to_keep=1 + count)
     finally:
-        for layer in session.cache.layers:  # as ARSession.commit trims it
+        for layer in kv_layers(session.cache):  # as ARSession.commit trims it
             layer.keys, layer.values = layer.keys[..., : session.cached, :], layer.values[..., : session.cached, :]
     return out.logits[0]
 
@@ -191,11 +191,11 @@ def parse_psi(name: str, argument: str | None) -> PsiSpec:
             raise UserError(f"{name}: cannot parse {item!r}; settings are {', '.join(k + '=N' for k in OPTIONS[name])}")
         options[key] = int(value)
     limits = {"B": (1, meta["max_block"] + 1), "K": (1, MAX_K), "V": (1, MAX_V)}
-    for key, value in options.items():
+    for key, number in options.items():
         low, high = limits[key]
-        if not low <= value <= high:
+        if not low <= number <= high:
             why = f" (the drafter's largest training block is {meta['max_block']} noise rows)" if key == "B" else ""
-            raise UserError(f"{name}: {key}={value} is out of range {low}..{high}{why}")
+            raise UserError(f"{name}: {key}={number} is out of range {low}..{high}{why}")
     return PsiSpec(folder.resolve(), meta, options)
 
 
