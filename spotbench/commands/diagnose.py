@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"task {args.task!r} is zero-shot only; drop --fewshot")
     samples = task.load(suite.split, limit=suite.limit)
     rows = [dataclasses.asdict(row)
-            for group in evaluator.evaluate(Unit(args.model, args.task, tuple(samples), tuple(suite.groups())))
+            for group in evaluator.evaluate(Unit(args.model, args.task, tuple(samples), tuple(suite.groups(args.model))))
             for row in group]
     [summary] = summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
     report = summary | {"samples": [
