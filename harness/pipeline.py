@@ -31,7 +31,13 @@ from harness.decoding import (
     plain_generation,
     speculative_generation,
 )
-from harness.decoding.ar_rejection import COUPLED, DISTRIBUTION, REJECTION, ar_rejection_generation
+from harness.decoding.ar_rejection import (
+    COUPLED,
+    DISTRIBUTION,
+    REJECTION,
+    DistributionProposer,
+    ar_rejection_generation,
+)
 from harness.decoding.autoregressive import AR_RULE, ARConfig, ARProposer, ar_generation, ar_plain_generation
 from harness.decoding.batch import Decoding
 from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
@@ -182,6 +188,8 @@ def decoder(target: DLMTarget | ARTarget, group: Group, ar_sampling: str = COUPL
             if proposer is None:
                 return ar_plain_generation(target, prompt, ar_config)
             if ar_sampling == REJECTION:
+                if not isinstance(proposer, DistributionProposer):  # refused before a run (check_sampling)
+                    raise ValueError(f"{type(proposer).__name__} gives no draft distributions for rejection mode")
                 return ar_rejection_generation(target, prompt, proposer, ar_config, budget)
             return ar_generation(target, prompt, proposer, ar_config, budget)
         return loop_ar

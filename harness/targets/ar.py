@@ -38,12 +38,13 @@ import os
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from harness.errors import UserError
+from harness.targets.batching import kv_layers
 from harness.targets.devices import check_fits
 from harness.targets.zoo import model_dir, zoo_names
 
@@ -103,21 +104,6 @@ class ARTarget:
         if prompt.ndim != 1 or prompt.numel() == 0:
             raise UserError("the prompt must be a non-empty sequence of token ids")
         return ARSession(self, prompt)
-
-
-class KVLayer(Protocol):
-    """One attention layer of a filled `DynamicCache`: its keys and values [batch, heads, positions, dim]."""
-
-    keys: Tensor
-    values: Tensor
-
-
-def kv_layers(cache: Any) -> list[KVLayer]:
-    """A `DynamicCache`'s layers as the key/value layers they are here. transformers types them as any
-    cache layer (linear-attention and not-yet-filled ones included), but an AR target's cache holds
-    full-attention layers only (sliding-window models are refused when loaded), filled by the first
-    forward before any of these is read."""
-    return cache.layers
 
 
 class ARSession:

@@ -23,12 +23,27 @@ every generation alone (`forward_sessions`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
 KV = tuple[Tensor, Tensor]
+
+
+class KVLayer(Protocol):
+    """One attention layer of a filled `DynamicCache`: its keys and values [batch, heads, positions, dim]."""
+
+    keys: Tensor
+    values: Tensor
+
+
+def kv_layers(cache: Any) -> list[KVLayer]:
+    """A `DynamicCache`'s layers as the key/value layers they are here. transformers types them as any
+    cache layer (linear-attention and not-yet-filled ones included), but an AR target's cache holds
+    full-attention layers only (sliding-window models are refused when loaded), filled by the first
+    forward before any of these is read."""
+    return cache.layers
 
 
 def pad_full(rows: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
@@ -159,7 +174,7 @@ def forward_trees(target: Any, passes: Sequence[tuple[Any, Tensor, Sequence[int]
             for row, (session, i, rows, (new, _, _), old) in enumerate(zip(sessions, members, scored, inputs, caches)):
                 out[i] = logits[row, logits.shape[1] - rows :]
                 kept = []
-                for n, layer in enumerate(cache.layers):
+                for n, layer in enumerate(kv_layers(cache)):
                     k, v = layer.keys[row : row + 1, :, -new.numel() :], layer.values[row : row + 1, :, -new.numel() :]
                     kept.append((torch.cat([old[n][0], k], dim=-2), torch.cat([old[n][1], v], dim=-2)) if old
                                 else (k.clone(), v.clone()))

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from harness.decoding import decode_batch
 from harness.decoding.ar_rejection import ar_rejection_generation
@@ -21,7 +20,7 @@ from harness.targets.registry import load_target
 from proposers import build_proposer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_autoregressive import SPECS  # noqa: E402  (the drafters the AR tests use)
+from test_autoregressive import SPECS  # the drafters the AR tests use
 
 PROMPTS = [list(b"The quick brown fox jumps over the lazy dog. The quick brown"), list(b"hi"),
            list(b"abcabcabcabc"), list(b"Q: 7*6=?\nA:")]
