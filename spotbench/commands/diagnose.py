@@ -75,9 +75,8 @@ def run(args: argparse.Namespace) -> int:
     if suite.num_fewshot and not hasattr(task, "num_fewshot"):
         raise UserError(f"task {args.task!r} is zero-shot only; drop --fewshot")
     samples = task.load(suite.split, limit=suite.limit)
-    rows = [dataclasses.asdict(row)
-            for group in evaluator.evaluate(Unit(args.model, args.task, tuple(samples), tuple(suite.groups(args.model))))
-            for row in group]
+    unit = Unit(args.model, args.task, tuple(samples), tuple(suite.groups(args.model)))
+    rows = [dataclasses.asdict(row) for group in evaluator.evaluate(unit) for row in group]
     [summary] = summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
     report = summary | {"samples": [
         {"question": sample.question, "output": row["completion"], "correct": row["correct"]}
