@@ -44,8 +44,12 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--prompts", type=int, default=4, help="GSM8K test prompts")
     parser.add_argument("--reps", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="intra-op threads (1: on a shared machine OpenMP spin-waits inflate timings)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads (1: on a shared machine OpenMP spin-waits inflate timings)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     target = load_target(args.model)
@@ -60,8 +64,10 @@ def main() -> None:
         session.commit([], ids[-1])
         for k in ROWS:
             costs[k].append(forward_seconds(session, k, args.reps))
-    print(f"{args.model}, {len(lengths)} GSM8K prompts of {min(lengths)}-{max(lengths)} tokens, "
-          f"{args.threads} threads, median of {args.reps} forwards each")
+    print(
+        f"{args.model}, {len(lengths)} GSM8K prompts of {min(lengths)}-{max(lengths)} tokens, "
+        f"{args.threads} threads, median of {args.reps} forwards each"
+    )
     base = statistics.mean(costs[1])
     print(f"{'rows k':>7} {'ms/forward':>11} {'x 1-row':>8}")
     for k in ROWS:

@@ -41,8 +41,12 @@ def groups(target, name: str, count: int, temperature: float, gen_length: int, b
     task = get_task("arith", 0)
     chat = Chat(target.tokenizer, None, None)
     rule = "greedy" if not hasattr(target, "family") else "top1"
-    return [Group(name, "arith", s.sample_id, tuple(prompt_ids(task, s, chat)), temperature, rule, 0,
-                  gen_length, block_length) for s in task.load("test", limit=count)]
+    return [
+        Group(
+            name, "arith", s.sample_id, tuple(prompt_ids(task, s, chat)), temperature, rule, 0, gen_length, block_length
+        )
+        for s in task.load("test", limit=count)
+    ]
 
 
 def run_arm(target, loops, proposers, budget: int, batch_size: int):
@@ -86,7 +90,7 @@ def ar_cost_curve(target, prompt: list[int], reps: int) -> list[tuple[int, float
             session.commit([], prompt[-1])
         saved = [[(layer.keys, layer.values) for layer in s.cache.layers] for s in sessions]
 
-        def restore() -> None:
+        def restore(sessions: list = sessions, saved: list = saved) -> None:  # this iteration's
             for session, layers in zip(sessions, saved):
                 session.cache = DynamicCache(layers)
 
@@ -116,8 +120,12 @@ def main() -> None:
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="intra-op threads (1: on a shared machine OpenMP spin-waits inflate timings)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="intra-op threads (1: on a shared machine OpenMP spin-waits inflate timings)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sizes = [int(b) for b in args.batch_sizes.split(",")]
@@ -140,10 +148,15 @@ def main() -> None:
                         wall, specs = run_arm(target, loops, built, args.budget, b)
                         walls[name, b].append(wall)
                         exact[name, b] += [check_lossless(p, s, tolerance).exact for p, s in zip(plains, specs)]
-            print(f"\n{model}, T={temperature:g}, {args.prompts} arith prompts, gen {args.gen_length}, "
-                  f"budget {args.budget}, {args.threads} thread(s), median of {args.reps}")
-            header = ["batch", "plain tok/s", "vs batch 1"] + [f"{n} speedup_wall" for n in names] + \
-                     [f"{n} exact" for n in names]
+            print(
+                f"\n{model}, T={temperature:g}, {args.prompts} arith prompts, gen {args.gen_length}, "
+                f"budget {args.budget}, {args.threads} thread(s), median of {args.reps}"
+            )
+            header = (
+                ["batch", "plain tok/s", "vs batch 1"]
+                + [f"{n} speedup_wall" for n in names]
+                + [f"{n} exact" for n in names]
+            )
             lines = [header]
             base = tokens[sizes[0]] / statistics.median(walls["plain", sizes[0]])
             for b in sizes:

@@ -46,8 +46,13 @@ def main() -> None:
             chunk = data[start : start + recipe.batch_size]
             batch = layout(chunk, size, recipe.mask_id, generator)
             clean_logits, kv = target.model(batch.clean_ids, torch.arange(batch.clean_ids.shape[1]), batch.clean_attend)
-            noisy, _ = target.model(batch.noisy_ids, batch.noisy_positions, batch.noisy_attend, kv,
-                                    torch.ones_like(batch.noisy_ids, dtype=torch.bool))
+            noisy, _ = target.model(
+                batch.noisy_ids,
+                batch.noisy_positions,
+                batch.noisy_attend,
+                kv,
+                torch.ones_like(batch.noisy_ids, dtype=torch.bool),
+            )
             for row, seq in enumerate(chunk):
                 origin = seq.prompt_length - seq.prompt_length % size
                 tokens = torch.tensor(seq.tokens)

@@ -48,15 +48,24 @@ def gated_all_rows_loss(target, batch: Batch) -> torch.Tensor:
     model = target.model
     with torch.no_grad():
         _, kv = model.hidden(batch.clean_ids, torch.arange(batch.clean_ids.shape[1]), batch.clean_attend)
-    hidden, _ = model.hidden(batch.noisy_ids, batch.noisy_positions, batch.noisy_attend, kv,
-                             torch.ones_like(batch.noisy_ids, dtype=torch.bool))
+    hidden, _ = model.hidden(
+        batch.noisy_ids,
+        batch.noisy_positions,
+        batch.noisy_attend,
+        kv,
+        torch.ones_like(batch.noisy_ids, dtype=torch.bool),
+    )
     logits = model.lm_head(hidden).float()
     per_token = F.cross_entropy(logits.flatten(0, 1), batch.targets.flatten(), ignore_index=-100, reduction="none")
     return (per_token * batch.weights.flatten()).sum() / batch.predicted
 
 
-VARIANTS = {"two-stream": two_stream_loss, "gated": gated_all_rows_loss, "gated+rows": diffusion_loss,
-            "gated+rows bf16": diffusion_loss}
+VARIANTS = {
+    "two-stream": two_stream_loss,
+    "gated": gated_all_rows_loss,
+    "gated+rows": diffusion_loss,
+    "gated+rows bf16": diffusion_loss,
+}
 
 
 def main() -> None:
@@ -95,8 +104,11 @@ def main() -> None:
             if index:
                 elapsed += time.perf_counter() - tick
         results[name] = tokens / elapsed
-        print(f"{name:12s} {tokens / elapsed:8.1f} tokens/s  ({elapsed / args.steps:.2f} s per step of "
-              f"{recipe.batch_size} sequences, torch threads {torch.get_num_threads()})", flush=True)
+        print(
+            f"{name:12s} {tokens / elapsed:8.1f} tokens/s  ({elapsed / args.steps:.2f} s per step of "
+            f"{recipe.batch_size} sequences, torch threads {torch.get_num_threads()})",
+            flush=True,
+        )
     first = results["two-stream"]
     print("ratio to two-stream: " + ", ".join(f"{k} {v / first:.2f}x" for k, v in results.items()))
 

@@ -58,8 +58,13 @@ def core_at(revision: str) -> types.ModuleType:
     saved = {name: sys.modules[f"harness.decoding.{name}"] for name in CORE}
     try:
         for name in CORE:
-            source = subprocess.run(["git", "show", f"{revision}:harness/decoding/{name}.py"], cwd=root,
-                                    capture_output=True, text=True, check=True).stdout
+            source = subprocess.run(
+                ["git", "show", f"{revision}:harness/decoding/{name}.py"],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             module = types.ModuleType(f"harness.decoding.{name}")
             sys.modules[f"harness.decoding.{name}"] = module  # later modules import this revision's
             exec(compile(source, f"{revision}:harness/decoding/{name}.py", "exec"), module.__dict__)
@@ -76,8 +81,10 @@ def split(generation: Generation) -> tuple[float, float]:
 
 def engine_table(target, prompts: list[list[int]], rule, args, cores: dict[str, Callable]) -> None:
     print("plain decoding: target and engine per pass (sums of per-prompt medians)")
-    print(f"{'T':>4} {'core':<14} {'passes':>6} {'wall/pass ms':>12} {'target/pass ms':>14} "
-          f"{'engine/pass us':>14} {'engine share':>12}")
+    print(
+        f"{'T':>4} {'core':<14} {'passes':>6} {'wall/pass ms':>12} {'target/pass ms':>14} "
+        f"{'engine/pass us':>14} {'engine share':>12}"
+    )
     for temperature in (0.0, 1.0):
         config = DecodeConfig(rule, args.gen_length, args.block_length, temperature, 0)
         totals = {name: [0.0, 0.0, 0] for name in cores}
@@ -97,32 +104,41 @@ def engine_table(target, prompts: list[list[int]], rule, args, cores: dict[str, 
                 totals[name][1] += statistics.median(t for _, t in samples[name])
                 totals[name][2] += passes[name]
         for name, (wall, target_s, passes) in totals.items():
-            print(f"{temperature:>4} {name:<14} {passes:>6} {wall / passes * 1e3:>12.2f} "
-                  f"{target_s / passes * 1e3:>14.2f} {(wall - target_s) / passes * 1e6:>14.0f} "
-                  f"{(wall - target_s) / wall:>11.1%}")
+            print(
+                f"{temperature:>4} {name:<14} {passes:>6} {wall / passes * 1e3:>12.2f} "
+                f"{target_s / passes * 1e3:>14.2f} {(wall - target_s) / passes * 1e6:>14.0f} "
+                f"{(wall - target_s) / wall:>11.1%}"
+            )
 
 
 def speedup_table(target, prompts: list[list[int]], rule, args) -> None:
     print("\nspeculative speedups (sums over prompts)")
-    print(f"{'proposer':<18} {'budget':>6} {'T':>4} {'speedup_nfe':>11} {'mean_accept':>11} {'rows/pass':>9} "
-          f"{'speedup_wall':>12} {'exact':>6}")
+    print(
+        f"{'proposer':<18} {'budget':>6} {'T':>4} {'speedup_nfe':>11} {'mean_accept':>11} {'rows/pass':>9} "
+        f"{'speedup_wall':>12} {'exact':>6}"
+    )
     for temperature in (0.0, 1.0):
         config = DecodeConfig(rule, args.gen_length, args.block_length, temperature, 0)
         references = [plain_decode(target, ids, config) for ids in prompts]
         for name in ("oracle", "confidence", "confidence-branch"):
             for budget in (4, 8, 16):
-                runs = [speculative_decode(target, ids, build_proposer(name, target, ref), config, budget)
-                        for ids, ref in zip(prompts, references)]
+                runs = [
+                    speculative_decode(target, ids, build_proposer(name, target, ref), config, budget)
+                    for ids, ref in zip(prompts, references)
+                ]
                 plain_nfe = sum(r.metrics.nfe for r in references)
                 nfe = sum(r.metrics.nfe for r in runs)
                 commits = sum(r.metrics.commits for r in runs)
                 rows = sum(r.metrics.rows for r in runs)
                 wall = sum(r.metrics.wall_s for r in runs) / sum(r.metrics.wall_s for r in references)
-                exact = sum(check_lossless(ref, r, near_tie_tolerance(target.dtype)).exact
-                            for ref, r in zip(references, runs))
-                print(f"{name:<18} {budget:>6} {temperature:>4} {plain_nfe / nfe:>10.2f}x "
-                      f"{commits / nfe:>11.2f} "
-                      f"{rows / nfe:>9.1f} {1 / wall:>11.2f}x {exact:>3}/{len(runs)}")
+                exact = sum(
+                    check_lossless(ref, r, near_tie_tolerance(target.dtype)).exact for ref, r in zip(references, runs)
+                )
+                print(
+                    f"{name:<18} {budget:>6} {temperature:>4} {plain_nfe / nfe:>10.2f}x "
+                    f"{commits / nfe:>11.2f} "
+                    f"{rows / nfe:>9.1f} {1 / wall:>11.2f}x {exact:>3}/{len(runs)}"
+                )
 
 
 def main() -> None:
@@ -131,10 +147,10 @@ def main() -> None:
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (1: steadier on a shared machine)")
-    parser.add_argument("--before", metavar="REV",
-                        help="also time the decoding core of this git revision, side by side")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier on a shared machine)")
+    parser.add_argument(
+        "--before", metavar="REV", help="also time the decoding core of this git revision, side by side"
+    )
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     parser.add_argument("--engine-only", action="store_true", help="skip the speedup table")
     args = parser.parse_args()
@@ -142,9 +158,11 @@ def main() -> None:
     target = load_target(args.model)
     prompts = [target.tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS]
     rule = parse_rule("top1", target.family, target.mask_id)
-    print(f"target {target.name}, {target.dtype}, gen {args.gen_length}, block {args.block_length}, "
-          f"rule {rule}, {len(prompts)} prompts, median over {args.reps} reps, {args.threads} thread(s), "
-          f"{args.clock} clock\n")
+    print(
+        f"target {target.name}, {target.dtype}, gen {args.gen_length}, block {args.block_length}, "
+        f"rule {rule}, {len(prompts)} prompts, median over {args.reps} reps, {args.threads} thread(s), "
+        f"{args.clock} clock\n"
+    )
     clock = CLOCKS[args.clock]
     cores = {"this checkout": timed_by(clock, sys.modules["harness.decoding.speculative"])}
     if args.before:

@@ -48,10 +48,11 @@ def main() -> int:
     samples = task.load("test", limit=args.limit)
     chosen = arms(args.proposers.split(","), [int(b) for b in args.budgets.split(",")])
     device = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else "CPU"
-    print(f"device {args.device}: {device}, "
-          f"torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")
-    header = (f"{'target':<8} {'mode':<6} {'T':>3} {'proposer':<11} {'budget':>6} {'exact':>6} {'speedup_nfe':>11} "
-              f"{'speedup_wall':>12} {'plain tok/s':>11} {'spec tok/s':>10} {'proposer':>8}")
+    print(f"device {args.device}: {device}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")
+    header = (
+        f"{'target':<8} {'mode':<6} {'T':>3} {'proposer':<11} {'budget':>6} {'exact':>6} {'speedup_nfe':>11} "
+        f"{'speedup_wall':>12} {'plain tok/s':>11} {'spec tok/s':>10} {'proposer':>8}"
+    )
     print(header)
     for name in args.targets.split(","):
         for mode in ("bf16", "exact"):
@@ -70,16 +71,30 @@ def main() -> int:
                         result = task.score([sample], [completion])[0]
                         return Score(bool(result["correct"]), result)
 
-                    rows += [dataclasses.asdict(r) for r in evaluate_group(
-                        target, group, chosen, build_proposer, score, mode == "exact",
-                        near_tie_tolerance(target.dtype))]
+                    rows += [
+                        dataclasses.asdict(r)
+                        for r in evaluate_group(
+                            target,
+                            group,
+                            chosen,
+                            build_proposer,
+                            score,
+                            mode == "exact",
+                            near_tie_tolerance(target.dtype),
+                        )
+                    ]
             for row in summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist():
-                print(f"{name:<8} {mode:<6} {row['temperature']:>3g} {row['proposer']:<11} {row['budget']:>6} "
-                      f"{row['exact_rate']:>6.0%} {row['speedup_nfe']:>10.2f}x {row['speedup_wall']:>11.2f}x "
-                      f"{row['plain_tokens_per_s']:>11.1f} {row['spec_tokens_per_s']:>10.1f} "
-                      f"{row['proposer_share']:>8.0%}")
-            memory = (f", peak GPU memory {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB"
-                      if args.device.startswith("cuda") else "")
+                print(
+                    f"{name:<8} {mode:<6} {row['temperature']:>3g} {row['proposer']:<11} {row['budget']:>6} "
+                    f"{row['exact_rate']:>6.0%} {row['speedup_nfe']:>10.2f}x {row['speedup_wall']:>11.2f}x "
+                    f"{row['plain_tokens_per_s']:>11.1f} {row['spec_tokens_per_s']:>10.1f} "
+                    f"{row['proposer_share']:>8.0%}"
+                )
+            memory = (
+                f", peak GPU memory {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB"
+                if args.device.startswith("cuda")
+                else ""
+            )
             print(f"# {name} {mode}: loaded in {load_s:.1f} s{memory}")
             del target
             if args.device.startswith("cuda"):

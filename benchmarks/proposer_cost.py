@@ -72,10 +72,17 @@ class Layout:
 
 
 LAYOUTS = (
-    Layout(("proposers.spot.kernels", "proposers.spot.features", "proposers.spot.network", "proposers.spot.tree"),
-           "proposers.spot.network", "proposers.spot.tree"),
-    Layout(("proposers.spot_kernels", "proposers.spot", "proposers.spot_tree"), "proposers.spot", "proposers.spot_tree",
-           {"proposers.confidence": "proposers.baselines.confidence"}),
+    Layout(
+        ("proposers.spot.kernels", "proposers.spot.features", "proposers.spot.network", "proposers.spot.tree"),
+        "proposers.spot.network",
+        "proposers.spot.tree",
+    ),
+    Layout(
+        ("proposers.spot_kernels", "proposers.spot", "proposers.spot_tree"),
+        "proposers.spot",
+        "proposers.spot_tree",
+        {"proposers.confidence": "proposers.baselines.confidence"},
+    ),
 )
 """The package layout (proposers/spot/), then the flat one of older revisions (proposers/spot.py)."""
 
@@ -206,8 +213,9 @@ def main() -> None:
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--tasks", default="arith,gsm8k")
     parser.add_argument("--limit", type=int, default=2, help="test prompts per task")
-    parser.add_argument("--lookaheads", default=str(DEFAULT_LOOKAHEAD),
-                        help="SpotProposer.lookahead values to time, comma-separated")
+    parser.add_argument(
+        "--lookaheads", default=str(DEFAULT_LOOKAHEAD), help="SpotProposer.lookahead values to time, comma-separated"
+    )
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=32)
@@ -218,12 +226,16 @@ def main() -> None:
     lookaheads = [int(x) for x in args.lookaheads.split(",")]
     reference, net = load_reference(), zoo_spot()
     before = search_at(args.before, net) if args.before else None
-    print(f"SPOT proposer cost per speculative pass ({args.clock} ms), gen {args.gen_length}, block "
-          f"{args.block_length}, {args.limit} test prompts of each of {args.tasks}, seed {args.seed}, 1 thread")
+    print(
+        f"SPOT proposer cost per speculative pass ({args.clock} ms), gen {args.gen_length}, block "
+        f"{args.block_length}, {args.limit} test prompts of each of {args.tasks}, seed {args.seed}, 1 thread"
+    )
     new_head = " ".join(f"{'new@' + str(n):>7s} {'ratio':>5s} {'calls':>5s} {'rows':>5s}" for n in lookaheads)
     before_head = f"{'before':>7s} {'ratio':>5s} " if before else ""
-    print(f"{'target':8s} {'T':>3s} {'budget':>6s} {'passes':>6s} {'target':>7s} {'old':>7s} {'ratio':>5s} "
-          f"{before_head}{new_head} {'same':>9s}")
+    print(
+        f"{'target':8s} {'T':>3s} {'budget':>6s} {'passes':>6s} {'target':>7s} {'old':>7s} {'ratio':>5s} "
+        f"{before_head}{new_head} {'same':>9s}"
+    )
     for name in args.targets.split(","):
         target = load_target(name)
         rule = parse_rule("top1", target.family, target.mask_id)
@@ -236,17 +248,27 @@ def main() -> None:
             for budget in [int(b) for b in args.budgets.split(",")]:
                 tally = Tally(CLOCKS[args.clock])
                 for ids in prompts:
-                    speculative_decode(TimedTarget(target, tally), ids,
-                                       SideBySide(net, lookaheads, reference, tally, before), config, budget)
+                    speculative_decode(
+                        TimedTarget(target, tally),
+                        ids,
+                        SideBySide(net, lookaheads, reference, tally, before),
+                        config,
+                        budget,
+                    )
                 ms = 1e3 / tally.passes
                 target_ms = tally.target_s * ms
                 cells = " ".join(
                     f"{tally.new_s[n] * ms:7.2f} {tally.new_s[n] * ms / target_ms:5.2f} "
-                    f"{tally.calls[n] / tally.passes:5.2f} {tally.rows[n] / tally.passes:5.2f}" for n in lookaheads)
+                    f"{tally.calls[n] / tally.passes:5.2f} {tally.rows[n] / tally.passes:5.2f}"
+                    for n in lookaheads
+                )
                 before_cells = f"{tally.before_s * ms:7.2f} {tally.before_s * ms / target_ms:5.2f} " if before else ""
-                print(f"{name:8s} {temperature:3g} {budget:6d} {tally.passes:6d} {target_ms:7.2f} "
-                      f"{tally.old_s * ms:7.2f} {tally.old_s * ms / target_ms:5.2f} {before_cells}{cells} "
-                      f"{tally.same:4d}/{tally.drafted:<4d}", flush=True)
+                print(
+                    f"{name:8s} {temperature:3g} {budget:6d} {tally.passes:6d} {target_ms:7.2f} "
+                    f"{tally.old_s * ms:7.2f} {tally.old_s * ms / target_ms:5.2f} {before_cells}{cells} "
+                    f"{tally.same:4d}/{tally.drafted:<4d}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -76,8 +76,12 @@ def main() -> None:
     parser.add_argument("--budgets", default="4,8,16")
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--proposers", default="confidence,confidence-branch,spot")
-    parser.add_argument("--checkpoints", default="", help="comma-separated SPOT checkpoint folders; "
-                        "DIR1+DIR2 is one arm, the ensemble of both (proposers.spot.network.SpotEnsemble)")
+    parser.add_argument(
+        "--checkpoints",
+        default="",
+        help="comma-separated SPOT checkpoint folders; "
+        "DIR1+DIR2 is one arm, the ensemble of both (proposers.spot.network.SpotEnsemble)",
+    )
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--stops", action="store_true", help="also print why each arm's passes stopped")
@@ -85,8 +89,11 @@ def main() -> None:
     budgets = [int(b) for b in args.budgets.split(",")]
     names = args.proposers.split(",")
     nets = {"+".join(Path(f).name for f in c.split("+")): load_checkpoints(c) for c in args.checkpoints.split(",") if c}
-    print(f"{'target':8s} {'task':6s} {'T':>3s} {'proposer':18s} " + " ".join(f"b={b:<5d}" for b in budgets)
-          + "  vs best confidence")
+    print(
+        f"{'target':8s} {'task':6s} {'T':>3s} {'proposer':18s} "
+        + " ".join(f"b={b:<5d}" for b in budgets)
+        + "  vs best confidence"
+    )
     for target_name, name in itertools.product(args.targets.split(","), names):
         check_arm_for_model(name, target_name, args.block_length)  # before any decoding: a Spiffy graph's fit
     for target_name in args.targets.split(","):
@@ -94,29 +101,48 @@ def main() -> None:
         rule = parse_rule("top1", target.family, target.mask_id)
         for task_name in args.tasks.split(","):
             task = get_task(task_name, num_fewshot=0)
-            samples = task.load(args.split, limit=args.start + args.limit)[args.start:]
+            samples = task.load(args.split, limit=args.start + args.limit)[args.start :]
             for temperature in (float(t) for t in args.temperatures.split(",")):
-                configs = [DecodeConfig(rule, args.gen_length, args.block_length, temperature, args.seed + i)
-                           for i in range(len(samples))]
-                plains = [plain_decode(target, prompt_ids(task, s, target.tokenizer), c, keep_logits=True)
-                          for s, c in zip(samples, configs)]
+                configs = [
+                    DecodeConfig(rule, args.gen_length, args.block_length, temperature, args.seed + i)
+                    for i in range(len(samples))
+                ]
+                plains = [
+                    plain_decode(target, prompt_ids(task, s, target.tokenizer), c, keep_logits=True)
+                    for s, c in zip(samples, configs)
+                ]
                 plain_nfe = sum(p.metrics.nfe for p in plains)
                 arms = {n: lambda p, n=n, target=target: build_proposer(n, target, p) for n in names}
                 arms |= {n: lambda p, net=net: SpotProposer(net) for n, net in nets.items()}
-                replays = {arm: [[replay(p, make(p), c, b) for p, c in zip(plains, configs)] for b in budgets]
-                           for arm, make in arms.items()}
-                speedups = {arm: [plain_nfe / sum(r.metrics.nfe for r in runs) for runs in per_budget]
-                            for arm, per_budget in replays.items()}
-                draws = resampled_speedups([p.metrics.nfe for p in plains],
-                                           {(arm, b): [r.metrics.nfe for r in runs]
-                                            for arm, per_budget in replays.items()
-                                            for b, runs in zip(budgets, per_budget)})
+                replays = {
+                    arm: [[replay(p, make(p), c, b) for p, c in zip(plains, configs)] for b in budgets]
+                    for arm, make in arms.items()
+                }
+                speedups = {
+                    arm: [plain_nfe / sum(r.metrics.nfe for r in runs) for runs in per_budget]
+                    for arm, per_budget in replays.items()
+                }
+                draws = resampled_speedups(
+                    [p.metrics.nfe for p in plains],
+                    {
+                        (arm, b): [r.metrics.nfe for r in runs]
+                        for arm, per_budget in replays.items()
+                        for b, runs in zip(budgets, per_budget)
+                    },
+                )
                 baselines = [n for n in BASELINES if n in speedups]
                 for arm, values in speedups.items():
-                    ratio = "" if arm in BASELINES or not baselines else versus_best_column(
-                        arm, speedups, draws, budgets, baselines)
-                    print(f"{target_name:8s} {task_name:6s} {temperature:3g} {arm:18s} "
-                          + " ".join(f"{v:<7.2f}" for v in values) + f"  {ratio}", flush=True)
+                    ratio = (
+                        ""
+                        if arm in BASELINES or not baselines
+                        else versus_best_column(arm, speedups, draws, budgets, baselines)
+                    )
+                    print(
+                        f"{target_name:8s} {task_name:6s} {temperature:3g} {arm:18s} "
+                        + " ".join(f"{v:<7.2f}" for v in values)
+                        + f"  {ratio}",
+                        flush=True,
+                    )
                     if args.stops:
                         for budget, runs in zip(budgets, replays[arm]):
                             print(f"{'':38s} stops at b={budget}: {stop_shares(runs)}")

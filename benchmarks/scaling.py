@@ -50,12 +50,15 @@ def main() -> int:
     ray.shutdown()
     print(f"{'workers':>8}{'groups':>8}{'end-to-end s':>14}{'groups/s':>10}{'steady s':>10}{'groups/s':>10}")
     for workers, (total, steady, groups) in results.items():
-        print(f"{workers:>8}{groups:>8}{total:>14.1f}{groups / total:>10.2f}{steady:>10.1f}"
-              f"{(groups - 1) / steady:>10.2f}")
+        print(
+            f"{workers:>8}{groups:>8}{total:>14.1f}{groups / total:>10.2f}{steady:>10.1f}{(groups - 1) / steady:>10.2f}"
+        )
     (t1, s1, g1), (t2, s2, g2) = results[1], results[2]
     ratio, steady_ratio = (g2 / t2) / (g1 / t1), ((g2 - 1) / s2) / ((g1 - 1) / s1)
-    print(f"throughput ratio 2 vs 1 workers: {ratio:.2f}x end to end, {steady_ratio:.2f}x steady state "
-          f"(floor {args.floor:.2f}x)")
+    print(
+        f"throughput ratio 2 vs 1 workers: {ratio:.2f}x end to end, {steady_ratio:.2f}x steady state "
+        f"(floor {args.floor:.2f}x)"
+    )
     return 0 if ratio >= args.floor else 1
 
 

@@ -27,8 +27,9 @@ from tasks.registry import get_task
 DEPTHS = ((0, 1), (1, 4), (4, 16))
 
 
-def held_out_examples(name: str, start: int, prompts: int, gen_length: int, block_length: int,
-                      config: SpotConfig) -> dict:
+def held_out_examples(
+    name: str, start: int, prompts: int, gen_length: int, block_length: int, config: SpotConfig
+) -> dict:
     target = load_target(name)
     task = get_task("arith")
     parts = []
@@ -45,8 +46,13 @@ def rankings(net: SpotNet, data: dict) -> tuple[torch.Tensor, torch.Tensor, torc
     top1, top3 = [], []
     for start in range(0, data["label"].numel(), 2048):
         index = torch.arange(start, min(data["label"].numel(), start + 2048))
-        logp, _ = net(data["static"][data["view"][index]], data["candidate"][index], data["ages"][index].long(),
-                   data["depth"][index], data["temperature"][index])
+        logp, _ = net(
+            data["static"][data["view"][index]],
+            data["candidate"][index],
+            data["ages"][index].long(),
+            data["depth"][index],
+            data["temperature"][index],
+        )
         top1.append(logp.argmax(1))
         top3.append(logp.topk(3, 1).indices)
     confidence = data["candidate"][..., 0].masked_fill(data["ages"].long() != MASKED, -torch.inf)
@@ -74,8 +80,10 @@ def main() -> None:
                 spot = (top1[keep] == label[keep]).float().mean().item()
                 three = (top3[keep] == label[keep, None]).any(1).float().mean().item()
                 base = (rule[keep] == label[keep]).float().mean().item()
-                print(f"{name:8s} {temperature:3g} {f'{low}-{high - 1}':>6s} {spot:6.3f} {three:6.3f} {base:6.3f} "
-                      f"{spot / base:6.2f}")
+                print(
+                    f"{name:8s} {temperature:3g} {f'{low}-{high - 1}':>6s} {spot:6.3f} {three:6.3f} {base:6.3f} "
+                    f"{spot / base:6.2f}"
+                )
 
 
 if __name__ == "__main__":

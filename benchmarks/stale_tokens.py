@@ -36,8 +36,10 @@ def main() -> None:
     parser.add_argument("--block-length", type=int, default=32)
     args = parser.parse_args()
     size = args.block_length
-    print(f"{'target':8s} {'task':6s} {'T':>3s} {'age':>3s} {'commits':>7s} {'top':>6s} {'runner-up':>9s} "
-          f"{'greedy':>6s} {'greedy/neither':>14s}")
+    print(
+        f"{'target':8s} {'task':6s} {'T':>3s} {'age':>3s} {'commits':>7s} {'top':>6s} {'runner-up':>9s} "
+        f"{'greedy':>6s} {'greedy/neither':>14s}"
+    )
     pooled = [0, 0]  # neither-cases with a third greedy token, and those where it was committed
     for target_name in args.targets.split(","):
         target = load_target(target_name)
@@ -50,14 +52,18 @@ def main() -> None:
                     config = DecodeConfig(rule, 64, size, temperature, seed)
                     plain = plain_decode(target, prompt_ids(task, sample, target.tokenizer), config, keep_logits=True)
                     noise = NoiseSource(seed, size, target.vocab_size) if temperature > 0 else None
-                    block_first = {step: block.first for block in plain.blocks(target.mask_id)
-                                   for step in range(block.first, block.end)}
+                    block_first = {
+                        step: block.first
+                        for block in plain.blocks(target.mask_id)
+                        for step in range(block.first, block.end)
+                    }
                     for step, transition in enumerate(plain.steps):
                         (position,), (token,) = transition.positions, transition.tokens
                         for age in range(1, min(step - block_first[step], args.ages) + 1):
                             sample_noise = noise(step)[position : position + 1] if noise else None
-                            view = StaleView.of(plain.pass_logits[step - age][position : position + 1],
-                                                temperature, target.mask_id)
+                            view = StaleView.of(
+                                plain.pass_logits[step - age][position : position + 1], temperature, target.mask_id
+                            )
                             drafted = candidates(view, sample_noise, rule)
                             top, runner_up = int(drafted.tokens[0]), int(drafted.runner_up[0])
                             counts[age][0] += 1
@@ -69,9 +75,12 @@ def main() -> None:
                 for age, (total, top, runner_up, greedy, neither) in counts.items():
                     pooled[0] += neither
                     pooled[1] += greedy
-                    print(f"{target_name:8s} {task_name:6s} {temperature:3g} {age:3d} {total:7d} "
-                          f"{top / max(1, total):6.3f} {runner_up / max(1, total):9.3f} "
-                          f"{greedy / max(1, total):6.3f} {greedy / max(1, neither):14.3f}", flush=True)
+                    print(
+                        f"{target_name:8s} {task_name:6s} {temperature:3g} {age:3d} {total:7d} "
+                        f"{top / max(1, total):6.3f} {runner_up / max(1, total):9.3f} "
+                        f"{greedy / max(1, total):6.3f} {greedy / max(1, neither):14.3f}",
+                        flush=True,
+                    )
     print(f"greedy/neither pooled over all rows: {pooled[1]}/{pooled[0]} = {pooled[1] / max(1, pooled[0]):.3f}")
 
 

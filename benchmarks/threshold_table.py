@@ -22,8 +22,20 @@ import pyarrow.parquet as pq
 
 from harness.bootstrap import interval, resampled_speedups
 
-COLUMNS = ["model", "task", "temperature", "rule", "budget", "proposer", "sample_id", "plain_nfe", "spec_nfe",
-           "plain_wall_s", "spec_wall_s", "exact"]
+COLUMNS = [
+    "model",
+    "task",
+    "temperature",
+    "rule",
+    "budget",
+    "proposer",
+    "sample_id",
+    "plain_nfe",
+    "spec_nfe",
+    "plain_wall_s",
+    "spec_wall_s",
+    "exact",
+]
 ROLES = (("spot-sets", "SPOT-Sets"), ("spot", "SPOT"), ("spiffy", "Spiffy"), ("confidence", "confidence"))
 """Table column of a proposer, by its registry name (before any `:` argument)."""
 LEARNED = ("SPOT-Sets", "SPOT")
@@ -69,8 +81,12 @@ def render(cells: dict[tuple, dict[str, dict[str, dict]]], rule: str) -> list[st
         prompts = sorted(set.intersection(*(set(arms[c]) for c in arms)))
         rows = {c: [arms[c][p] for p in prompts] for c in arms}
         first = next(iter(rows.values()))
-        cell = [f"{ratio(rows[c], 'plain_nfe', 'spec_nfe'):.2f} ({ratio(rows[c], 'plain_wall_s', 'spec_wall_s'):.2f})"
-                if c in rows else "-" for c in columns]
+        cell = [
+            f"{ratio(rows[c], 'plain_nfe', 'spec_nfe'):.2f} ({ratio(rows[c], 'plain_wall_s', 'spec_wall_s'):.2f})"
+            if c in rows
+            else "-"
+            for c in columns
+        ]
         draws = resampled_speedups([r["plain_nfe"] for r in first], {c: [r["spec_nfe"] for r in rows[c]] for c in rows})
         compared = []
         for b in baselines:
@@ -83,9 +99,23 @@ def render(cells: dict[tuple, dict[str, dict[str, dict]]], rule: str) -> list[st
         every = [r for c in rows for r in rows[c]]
         exact = sum(bool(r["exact"]) for r in every) / len(every)
         model, task, temperature, _, budget = key
-        lines.append("| " + " | ".join([model, task, f"{temperature:g}", str(budget), str(len(prompts)),
-                                        str(sum(r["plain_nfe"] for r in first)), *cell, *compared,
-                                        f"{exact:.0%}"]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    model,
+                    task,
+                    f"{temperature:g}",
+                    str(budget),
+                    str(len(prompts)),
+                    str(sum(r["plain_nfe"] for r in first)),
+                    *cell,
+                    *compared,
+                    f"{exact:.0%}",
+                ]
+            )
+            + " |"
+        )
     return lines + [""]
 
 

@@ -36,8 +36,10 @@ from harness.errors import UserError
 
 NAMESPACE = "spotbench"
 LOCAL_OBJECT_STORE = 256 * 2**20
-TOKEN_HELP = ("set RAY_AUTH_MODE=token and make the cluster's token available here: copy ~/.ray/auth_token from "
-              "the head node, or set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH)")
+TOKEN_HELP = (
+    "set RAY_AUTH_MODE=token and make the cluster's token available here: copy ~/.ray/auth_token from "
+    "the head node, or set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH)"
+)
 
 
 def check_address(address: str) -> None:
@@ -50,8 +52,10 @@ def check_address(address: str) -> None:
         try:
             address = canonicalize_bootstrap_address_or_die("auto")
         except ConnectionError as error:
-            raise UserError(f"--address auto found no Ray cluster ({str(error).splitlines()[0]}); start one with "
-                            "ray start --head, or give its host:port") from None
+            raise UserError(
+                f"--address auto found no Ray cluster ({str(error).splitlines()[0]}); start one with "
+                "ray start --head, or give its host:port"
+            ) from None
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit():
         raise UserError(f"--address {address} is not host:port; give the Ray head's host:port, or auto")
@@ -91,8 +95,11 @@ def check_token(target: str, address: str) -> None:
 
     token_mode = uses_token(address)
     token, source = auth_token()
-    why = ("RAY_AUTH_MODE=token is set" if os.environ.get("RAY_AUTH_MODE") is not None else
-           f"RAY_AUTH_MODE is unset and a Ray token is available ({source}), so Ray joins --address auto with it")
+    why = (
+        "RAY_AUTH_MODE=token is set"
+        if os.environ.get("RAY_AUTH_MODE") is not None
+        else f"RAY_AUTH_MODE is unset and a Ray token is available ({source}), so Ray joins --address auto with it"
+    )
 
     def refusal(metadata: list[tuple[str, str]]) -> grpc.StatusCode | None:
         with grpc.insecure_channel(target) as channel:
@@ -100,7 +107,9 @@ def check_token(target: str, address: str) -> None:
                 gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
                     # protobuf builds its message classes at import: the generated module declares none
                     gcs_service_pb2.GetClusterIdRequest(),  # type: ignore[attr-defined]
-                    timeout=10, metadata=metadata)
+                    timeout=10,
+                    metadata=metadata,
+                )
             except grpc.RpcError as error:
                 return error.code()
         return None
@@ -108,22 +117,30 @@ def check_token(target: str, address: str) -> None:
     unauthenticated = refusal([])
     if unauthenticated is None:  # the cluster has no authentication
         if token_mode:
-            raise UserError(f"{why}, but the Ray cluster at --address {address} runs without token "
-                            "authentication, where every worker a token driver starts dies: set "
-                            "RAY_AUTH_MODE=disabled, or restart the cluster with RAY_AUTH_MODE=token")
+            raise UserError(
+                f"{why}, but the Ray cluster at --address {address} runs without token "
+                "authentication, where every worker a token driver starts dies: set "
+                "RAY_AUTH_MODE=disabled, or restart the cluster with RAY_AUTH_MODE=token"
+            )
         return
     if unauthenticated != grpc.StatusCode.UNAUTHENTICATED:
         return
     if not token_mode:
-        raise UserError(f"the Ray cluster at --address {address} requires token authentication "
-                        f"(RAY_AUTH_MODE is {os.environ.get('RAY_AUTH_MODE') or 'unset'}): {TOKEN_HELP}")
+        raise UserError(
+            f"the Ray cluster at --address {address} requires token authentication "
+            f"(RAY_AUTH_MODE is {os.environ.get('RAY_AUTH_MODE') or 'unset'}): {TOKEN_HELP}"
+        )
     if token is None:
-        raise UserError(f"RAY_AUTH_MODE=token is set but there is no Ray token ({source} is missing or empty, "
-                        "RAY_AUTH_TOKEN is unset): copy ~/.ray/auth_token from the head node of --address "
-                        f"{address}, or set RAY_AUTH_TOKEN")
+        raise UserError(
+            f"RAY_AUTH_MODE=token is set but there is no Ray token ({source} is missing or empty, "
+            "RAY_AUTH_TOKEN is unset): copy ~/.ray/auth_token from the head node of --address "
+            f"{address}, or set RAY_AUTH_TOKEN"
+        )
     if refusal([("authorization", f"Bearer {token}")]) == grpc.StatusCode.UNAUTHENTICATED:
-        raise UserError(f"the Ray cluster at --address {address} rejected the token from {source}: "
-                        "copy ~/.ray/auth_token from its head node (or set RAY_AUTH_TOKEN)")
+        raise UserError(
+            f"the Ray cluster at --address {address} rejected the token from {source}: "
+            "copy ~/.ray/auth_token from its head node (or set RAY_AUTH_TOKEN)"
+        )
 
 
 @contextlib.contextmanager
@@ -160,7 +177,12 @@ def _init(address: str | None, temp_dir: str | None) -> None:
         if address:
             ray.init(address=address, **options)
         else:  # "local": never RAY_ADDRESS nor the address file of a `ray start` on this machine
-            ray.init(address="local", _temp_dir=temp_dir, include_dashboard=False,
-                     object_store_memory=LOCAL_OBJECT_STORE, **options)
+            ray.init(
+                address="local",
+                _temp_dir=temp_dir,
+                include_dashboard=False,
+                object_store_memory=LOCAL_OBJECT_STORE,
+                **options,
+            )
     except ConnectionError as error:
         raise UserError(f"no Ray cluster at --address {address}: {error}") from None

@@ -69,8 +69,13 @@ class Evaluator:
             from harness.targets.registry import load_target
 
             def load() -> Any:
-                target = load_target(name, device=self.suite.device, dtype=self.suite.dtype,
-                                     mask_id=self.suite.mask_id, eos_id=self.suite.eos_id)
+                target = load_target(
+                    name,
+                    device=self.suite.device,
+                    dtype=self.suite.dtype,
+                    mask_id=self.suite.mask_id,
+                    eos_id=self.suite.eos_id,
+                )
                 return target.exact() if self.suite.exact else target
 
             self._targets[name], cost = measure_load(load, name)
@@ -107,17 +112,41 @@ class Evaluator:
             def score(completion: str) -> Score:
                 result = task.score([sample], [completion])[0]
                 return Score(bool(result["correct"]), result)
+
             return score if getattr(task, "scored", True) else None  # token-id prompts have no reference
 
         out = []
         for temperature, rule, seed in unit.groups:
-            groups = [Group(unit.model, unit.task, sample.sample_id, prompt, temperature, rule, seed,
-                            self.suite.gen_length, self.suite.block_length, text, sample.reference, chat.label)
-                      for sample, prompt, text in zip(unit.samples, ids, texts)]
+            groups = [
+                Group(
+                    unit.model,
+                    unit.task,
+                    sample.sample_id,
+                    prompt,
+                    temperature,
+                    rule,
+                    seed,
+                    self.suite.gen_length,
+                    self.suite.block_length,
+                    text,
+                    sample.reference,
+                    chat.label,
+                )
+                for sample, prompt, text in zip(unit.samples, ids, texts)
+            ]
             chosen = [self.chosen(arm, unit, temperature, rule) if arm.budget == AUTO else arm for arm in arms]
-            out += evaluate_groups(target, groups, chosen, build_proposer, [scorer(s) for s in unit.samples],
-                                   self.suite.exact, near_tie_tolerance(target.dtype), self.worker,
-                                   self.suite.ar_sampling, batch_size)
+            out += evaluate_groups(
+                target,
+                groups,
+                chosen,
+                build_proposer,
+                [scorer(s) for s in unit.samples],
+                self.suite.exact,
+                near_tie_tolerance(target.dtype),
+                self.worker,
+                self.suite.ar_sampling,
+                batch_size,
+            )
         return out
 
     def chosen(self, arm: Arm, unit: Unit, temperature: float, rule: str) -> Arm:
@@ -131,18 +160,27 @@ class Evaluator:
             from proposers import build_proposer
 
             target, task = self.target(unit.model), self.task(unit.task)
-            config = DecodeConfig(parse_rule(rule, target.family, target.mask_id), self.suite.gen_length,
-                                  self.suite.block_length, temperature, CALIBRATION_SEED)
-            prompts = [prompt_ids(task, s, self.chat(unit.model))
-                       for s in task.load("train", limit=CALIBRATION_PROMPTS)]
+            config = DecodeConfig(
+                parse_rule(rule, target.family, target.mask_id),
+                self.suite.gen_length,
+                self.suite.block_length,
+                temperature,
+                CALIBRATION_SEED,
+            )
+            prompts = [
+                prompt_ids(task, s, self.chat(unit.model)) for s in task.load("train", limit=CALIBRATION_PROMPTS)
+            ]
             cost_key = (unit.model, self.suite.gen_length, self.suite.block_length)
             if cost_key not in self._costs:
                 self._costs[cost_key] = measure_pass_cost(target, prompts[0], config)
             plains = [(plain_decode(target, ids, config, keep_logits=True), config) for ids in prompts]
             # `auto` budgets are chosen for diffusion targets only, whose proposers are `Proposer`s
-            best = choose_budget(predict(
-                plains, lambda plain: cast(Proposer, build_proposer(arm.proposer, target, plain)),
-                self._costs[cost_key]))
-            self._chosen[key] = dataclasses.replace(arm, chosen=best.budget,
-                                                    predicted_speedup_wall=best.speedup_wall)
+            best = choose_budget(
+                predict(
+                    plains,
+                    lambda plain: cast(Proposer, build_proposer(arm.proposer, target, plain)),
+                    self._costs[cost_key],
+                )
+            )
+            self._chosen[key] = dataclasses.replace(arm, chosen=best.budget, predicted_speedup_wall=best.speedup_wall)
         return self._chosen[key]

@@ -20,8 +20,9 @@ def _single_threaded(fn: Callable[..., Any], job: Any, *shared: Any) -> Any:
     return fn(job, *shared)
 
 
-def map_in_order(fn: Callable[..., Any], jobs: Sequence[Any], shared: tuple = (), workers: int = 1,
-                 address: str | None = None) -> Iterator[Any]:
+def map_in_order(
+    fn: Callable[..., Any], jobs: Sequence[Any], shared: tuple = (), workers: int = 1, address: str | None = None
+) -> Iterator[Any]:
     """`fn(job, *shared)` for every job as a Ray task (one CPU each), yielded in job order.
 
     `fn` must be importable by the workers (a module-level function); `shared` is put in the object

@@ -30,11 +30,26 @@ from harness.store import sha256_file
 T = TypeVar("T")
 
 
-MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "*.gguf",
-               "pytorch_model*.bin", "pytorch_model*.bin.index.json",
-               "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-               "vocab.json", "merges.txt", "tokenizer.model", "spiece.model", "chat_template.jinja",
-               "chat_template.json", "converted.json")
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "*.gguf",
+    "pytorch_model*.bin",
+    "pytorch_model*.bin.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "converted.json",
+)
 """The files of a checkpoint folder that loading reads (config, weights, tokenizer, chat template, a
 converted target's record, which names its base and that base's hash); others (a README, a training
 report, an `original/` copy of the weights) change no result."""
@@ -144,8 +159,7 @@ def task_data_files(task: Any) -> list[Path]:
 
 
 def driver_hardware() -> dict[str, Any]:
-    info: dict[str, Any] = {"host": socket.gethostname(), "platform": platform.platform(),
-                            "cpus": os.cpu_count()}
+    info: dict[str, Any] = {"host": socket.gethostname(), "platform": platform.platform(), "cpus": os.cpu_count()}
     try:
         import torch
 
@@ -174,5 +188,11 @@ def measure_load(load: Callable[[], T], model: str) -> tuple[T, dict[str, Any]]:
     else:
         peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_peak_rss"
     dtype = str(getattr(target, "dtype", "")).removeprefix("torch.")
-    return target, {"model": model, "device": str(device), "dtype": dtype, "load_s": round(load_s, 3),
-                    "peak_memory_bytes": int(peak), "memory": kind}
+    return target, {
+        "model": model,
+        "device": str(device),
+        "dtype": dtype,
+        "load_s": round(load_s, 3),
+        "peak_memory_bytes": int(peak),
+        "memory": kind,
+    }

@@ -117,8 +117,10 @@ def plan(suite: Suite, verified: Verification) -> tuple[list[Unit], int]:
                             continue
                         by_arms.setdefault(None if pending == wanted else tuple(sorted(pending)), []).append(sample)
                     for arms, members in by_arms.items():
-                        units += [Unit(model, task, chunk, (group,), arms, batch_size)
-                                  for chunk in chunks(members, UNIT_BATCHES * batch_size)]
+                        units += [
+                            Unit(model, task, chunk, (group,), arms, batch_size)
+                            for chunk in chunks(members, UNIT_BATCHES * batch_size)
+                        ]
     return units, skipped
 
 
@@ -142,8 +144,13 @@ def split_sizes(suite: Suite) -> dict[str, int]:
     return {task: len(get_task(task, suite.num_fewshot).load(suite.split)) for task in suite.tasks}
 
 
-def run_suite(suite: Suite, output: str | Path, address: str | None = None, progress: bool = True,
-              on_write: Callable[[int], None] | None = None) -> RunResult:
+def run_suite(
+    suite: Suite,
+    output: str | Path,
+    address: str | None = None,
+    progress: bool = True,
+    on_write: Callable[[int], None] | None = None,
+) -> RunResult:
     """Run (or resume, or extend) `suite` into `output`; `on_write(groups written so far)` after each group.
 
     Everything that can refuse the run (the output directory, its config and whether it can be written,
@@ -167,25 +174,45 @@ def run_suite(suite: Suite, output: str | Path, address: str | None = None, prog
             import ray
 
             gpu_workers(suite, ray.cluster_resources().get("GPU", 0.0))  # refused before the run directory exists
-        run_dir = RunDir.open(output, suite.config(), list(suite.seeds), hardware=driver_hardware(), inputs=inputs,
-                              command=list(sys.argv), verification=verified, split_sizes=sizes)
+        run_dir = RunDir.open(
+            output,
+            suite.config(),
+            list(suite.seeds),
+            hardware=driver_hardware(),
+            inputs=inputs,
+            command=list(sys.argv),
+            verification=verified,
+            split_sizes=sizes,
+        )
         for damage in verified.damage:
-            _say(f"spotbench: damaged: {damage.line()}; recomputing it (damaged files move to "
-                 f"{run_dir.path / 'damaged'})")
+            _say(
+                f"spotbench: damaged: {damage.line()}; recomputing it (damaged files move to "
+                f"{run_dir.path / 'damaged'})"
+            )
         try:
             if units:
                 _execute(suite, run_dir, units, progress, on_write, stats)
             summary = run_dir.write_summary()
         except BaseException as error:
-            run_dir.end_session("failed", f"{type(error).__name__}: {error}",
-                                duration_s=round(time.monotonic() - started, 1), **asdict(stats))
+            run_dir.end_session(
+                "failed",
+                f"{type(error).__name__}: {error}",
+                duration_s=round(time.monotonic() - started, 1),
+                **asdict(stats),
+            )
             raise
     run_dir.end_session("complete", None, duration_s=round(time.monotonic() - started, 1), **asdict(stats))
     return RunResult(run_dir, summary, stats.written, stats.skipped, stats.workers)
 
 
-def _execute(suite: Suite, run_dir: RunDir, units: list[Unit], progress: bool,
-             on_write: Callable[[int], None] | None, stats: Stats) -> None:
+def _execute(
+    suite: Suite,
+    run_dir: RunDir,
+    units: list[Unit],
+    progress: bool,
+    on_write: Callable[[int], None] | None,
+    stats: Stats,
+) -> None:
     import ray
     from tqdm import tqdm
 
@@ -195,16 +222,30 @@ def _execute(suite: Suite, run_dir: RunDir, units: list[Unit], progress: bool,
     # each worker holds its GPU share or at least a CPU for its lifetime: more than fit would never start
     count = min(suite.workers or gpus or cpus, gpus or cpus, len(units))
     threads = 1 if gpus else worker_threads(cpus, count)
-    run_dir.update_manifest(hardware=driver_hardware() | {
-        "ray_nodes": len([n for n in ray.nodes() if n["Alive"]]), "ray_cpus": cpus,
-        "ray_gpus": resources.get("GPU", 0.0), "workers": count, "threads_per_worker": threads,
-        "gpus_per_worker": suite.gpus_per_worker if gpus else 0})
+    run_dir.update_manifest(
+        hardware=driver_hardware()
+        | {
+            "ray_nodes": len([n for n in ray.nodes() if n["Alive"]]),
+            "ray_cpus": cpus,
+            "ray_gpus": resources.get("GPU", 0.0),
+            "workers": count,
+            "threads_per_worker": threads,
+            "gpus_per_worker": suite.gpus_per_worker if gpus else 0,
+        }
+    )
     options = {"num_gpus": suite.gpus_per_worker, "num_cpus": 1} if gpus else {"num_cpus": threads}
     worker_class = ray.remote(max_restarts=0, **options)(Worker)
     stats.workers = count
     groups = sum(len(unit.samples) * len(unit.groups) for unit in units)
-    bar = tqdm(total=stats.skipped + groups, initial=stats.skipped, unit="group", desc="spotbench run",
-               disable=not progress, file=sys.stderr, dynamic_ncols=True)
+    bar = tqdm(
+        total=stats.skipped + groups,
+        initial=stats.skipped,
+        unit="group",
+        desc="spotbench run",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
     try:
         need = {"GPU": suite.gpus_per_worker, "CPU": 1.0} if gpus else {"CPU": float(threads)}  # as Ray counts
         Dispatcher(lambda: worker_class.remote(suite, threads), need, run_dir, bar, on_write, stats).run(units, count)
@@ -218,10 +259,23 @@ class Dispatcher:
     A dead worker's units are sent again; the worker is replaced when the cluster has room for one,
     else its slot is dropped and the live workers take its share; with none left the run stops."""
 
-    def __init__(self, new_worker: Callable[[], Any], need: dict[str, float], run_dir: RunDir, bar: Any,
-                 on_write: Callable[[int], None] | None, stats: Stats):
+    def __init__(
+        self,
+        new_worker: Callable[[], Any],
+        need: dict[str, float],
+        run_dir: RunDir,
+        bar: Any,
+        on_write: Callable[[int], None] | None,
+        stats: Stats,
+    ):
         self.new_worker, self.need, self.run_dir, self.bar, self.on_write, self.stats = (
-            new_worker, need, run_dir, bar, on_write, stats)
+            new_worker,
+            need,
+            run_dir,
+            bar,
+            on_write,
+            stats,
+        )
         self.queue: deque[Unit] = deque()
         self.attempts: dict[Unit, int] = {}
         self.actors: dict[int, Any] = {}
@@ -293,8 +347,7 @@ class Dispatcher:
 
         self.attempts[unit] = self.attempts.get(unit, 0) + 1
         if self.attempts[unit] >= MAX_ATTEMPTS:
-            raise RuntimeError(f"{unit.describe()}: its worker died "
-                               f"{MAX_ATTEMPTS} times") from None
+            raise RuntimeError(f"{unit.describe()}: its worker died {MAX_ATTEMPTS} times") from None
         self.queue.appendleft(unit)
         self.stats.retries += 1
         if slot not in self.actors or self.actors[slot] is not actor:  # a later unit of a death already handled
@@ -313,9 +366,14 @@ class Dispatcher:
             raise ClusterLost(
                 f"every worker was lost ({self.stats.worker_deaths} died, a node gone?) and the cluster has no room "
                 f"for another (needs {self.need}, free {free}); {self.stats.written} groups of this session are "
-                "written: bring the nodes back (or add one) and run the same command again to resume")
-        _say(self.stats.note(f"spotbench: a worker died and the cluster has no room for another (needs {self.need}, "
-                             f"free {free}; a node gone?): its units go to the {len(self.actors)} live workers"))
+                "written: bring the nodes back (or add one) and run the same command again to resume"
+            )
+        _say(
+            self.stats.note(
+                f"spotbench: a worker died and the cluster has no room for another (needs {self.need}, "
+                f"free {free}; a node gone?): its units go to the {len(self.actors)} live workers"
+            )
+        )
 
 
 def room_for(need: dict[str, float], wait_s: float = ROOM_WAIT_S) -> bool:
@@ -362,8 +420,10 @@ def gpu_workers(suite: Suite, cluster_gpus: float) -> int:
     if suite.device.startswith("cuda") and cluster_gpus == 0:
         raise UserError(f"--device {suite.device}, but the Ray cluster has no GPU; use --device cpu or auto")
     if cluster_gpus and suite.gpus_per_worker > cluster_gpus:
-        raise UserError(f"--gpus-per-worker {suite.gpus_per_worker:g} is more than the cluster's "
-                        f"{cluster_gpus:g} GPU(s); use at most {cluster_gpus:g}")
+        raise UserError(
+            f"--gpus-per-worker {suite.gpus_per_worker:g} is more than the cluster's "
+            f"{cluster_gpus:g} GPU(s); use at most {cluster_gpus:g}"
+        )
     return int(cluster_gpus / suite.gpus_per_worker + 1e-9)
 
 

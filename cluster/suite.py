@@ -96,8 +96,9 @@ def _budget(value: Any) -> int | str:
 Budget = Annotated[int | str, PlainValidator(_budget)]
 TokenId = Annotated[int | None, accepts_check(int, "a token id (a whole number >= 0)", optional=True, ge=0)]
 DeviceText = Annotated[str, accepts_check(str, "a device: auto, cpu, cuda or cuda:N"), AfterValidator(_device)]
-DtypeText = Annotated[str, accepts_check(str, "a dtype: auto, bfloat16, float16, float32 or float64"),
-                      AfterValidator(_dtype)]
+DtypeText = Annotated[
+    str, accepts_check(str, "a dtype: auto, bfloat16, float16, float32 or float64"), AfterValidator(_dtype)
+]
 
 
 @dataclass(frozen=True)
@@ -143,8 +144,9 @@ class Suite:
     workers: Annotated[int | None, accepts_check(int, "a whole number >= 1", optional=True, ge=1)] = None
     """Ray workers; None = as many as the cluster's GPUs hold (`gpus_per_worker` each), or one per CPU
     core of the cluster when it has no GPU or the device is cpu."""
-    gpus_per_worker: Annotated[float, accepts_check(float, "a number of GPUs > 0 (fractions share a GPU)", gt=0,
-                                                    allow_inf_nan=False)] = 1.0
+    gpus_per_worker: Annotated[
+        float, accepts_check(float, "a number of GPUs > 0 (fractions share a GPU)", gt=0, allow_inf_nan=False)
+    ] = 1.0
     """GPUs each worker reserves on a GPU cluster; 0.5 puts two workers on one GPU."""
 
     def config(self) -> dict[str, Any]:
@@ -165,7 +167,9 @@ class Suite:
 
 
 FLAGS = {name: "--" + name.replace("_", "-") for name in Suite.__dataclass_fields__} | {
-    "num_fewshot": "--fewshot", "batch_sizes": "--batch-size"}
+    "num_fewshot": "--fewshot",
+    "batch_sizes": "--batch-size",
+}
 """`spotbench run`'s flag for each setting (other commands pass their own names to `build_suite`)."""
 
 
@@ -174,8 +178,9 @@ def load_suite(path: str | Path) -> dict[str, Any]:
     return check_fields(Suite, read_mapping(path, "suite"), lambda name: f"suite {path}: {name}")
 
 
-def build_suite(file_settings: dict[str, Any], flags: Mapping[str, Any],
-                flag_names: Mapping[str, str] = FLAGS) -> Suite:
+def build_suite(
+    file_settings: dict[str, Any], flags: Mapping[str, Any], flag_names: Mapping[str, str] = FLAGS
+) -> Suite:
     """Defaults < suite file < command-line flags (None = not given); `flag_names` names the flags
     in messages. Every field, the checks across fields and every name, before anything starts."""
     given = {name: value for name, value in flags.items() if value is not None}
@@ -218,8 +223,9 @@ def resolve(suite: Suite) -> None:
         if suite.split not in task.splits:
             raise UserError(f"task {name!r} has no split {suite.split!r}; splits: {', '.join(task.splits)}")
         if "auto" in suite.budgets and "train" not in task.splits:
-            raise UserError(f"budgets auto chooses on train-split prompts and task {name!r} has none; "
-                            "give it fixed budgets")
+            raise UserError(
+                f"budgets auto chooses on train-split prompts and task {name!r} has none; give it fixed budgets"
+            )
     for name in suite.tasks:
         if name.startswith(IDS_PREFIX):
             get_task(name).load()  # a missing or malformed file fails here, before a run directory exists
@@ -248,15 +254,20 @@ def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS, local: bo
 
     flag = {name: flag_names.get(name, FLAGS[name]) for name in ("mask_id", "eos_id")}
     text_tasks = [name for name in suite.tasks if not name.startswith(PREFIX)]
-    id_prompts = {name: [s.meta["prompt_ids"] for s in get_task(name).load(suite.split, limit=suite.limit)]
-                  for name in suite.tasks if name.startswith(PREFIX)}
+    id_prompts = {
+        name: [s.meta["prompt_ids"] for s in get_task(name).load(suite.split, limit=suite.limit)]
+        for name in suite.tasks
+        if name.startswith(PREFIX)
+    }
     for model in suite.models:
         tokenizer, vocab_size = None, None
         tiny: DLMTarget | None = None
         if is_ar_name(model):
             if suite.mask_id is not None:
-                raise UserError(f"{flag['mask_id']} is for diffusion targets; {model} is autoregressive and has no "
-                                "mask token: drop it")
+                raise UserError(
+                    f"{flag['mask_id']} is for diffusion targets; {model} is autoregressive and has no "
+                    "mask token: drop it"
+                )
             if model.startswith(TINY_AR):
                 target = load_target(model)  # built in code, tiny
                 tokenizer, vocab_size = target.tokenizer, target.vocab_size
@@ -268,8 +279,9 @@ def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS, local: bo
         elif is_converted(model_dir(model) if model in zoo_names() else model):
             continue  # its base's vocabulary and tokenizer are checked where the base loads
         else:
-            fmt, config, tokenizer, _, _ = read_head(model_dir(model) if model in zoo_names() else Path(model),
-                                                     suite.mask_id, suite.eos_id, flag)
+            fmt, config, tokenizer, _, _ = read_head(
+                model_dir(model) if model in zoo_names() else Path(model), suite.mask_id, suite.eos_id, flag
+            )
             vocab_size = config.vocab_size
         if not isinstance(vocab_size, int):
             continue
@@ -280,8 +292,10 @@ def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS, local: bo
             for number, ids in enumerate(prompts, 1):
                 outside = [i for i in ids if i >= vocab_size]
                 if outside:
-                    raise UserError(f"task {task}: prompt {number} has token id {outside[0]}, outside the vocabulary "
-                                    f"of {model} (0..{vocab_size - 1}); give ids below {vocab_size}")
+                    raise UserError(
+                        f"task {task}: prompt {number} has token id {outside[0]}, outside the vocabulary "
+                        f"of {model} (0..{vocab_size - 1}); give ids below {vocab_size}"
+                    )
         if text_tasks and tokenizer is not None:
             Chat(tokenizer, suite.chat_template, suite.system_prompt).check(model)
         if local and not is_ar_name(model):
@@ -289,8 +303,15 @@ def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS, local: bo
             check_batch_memory(suite, model, cfg, family, tokenizer, id_prompts, flag_names)
 
 
-def check_batch_memory(suite: Suite, model: str, cfg: Any, family_name: str, tokenizer: Any,
-                       id_prompts: dict[str, list[list[int]]], flag_names: Mapping[str, str] = FLAGS) -> None:
+def check_batch_memory(
+    suite: Suite,
+    model: str,
+    cfg: Any,
+    family_name: str,
+    tokenizer: Any,
+    id_prompts: dict[str, list[list[int]]],
+    flag_names: Mapping[str, str] = FLAGS,
+) -> None:
     """The largest batch size against the memory a local worker has free (GPU memory of its share of
     a GPU, else the machine's available memory shared by the workers), estimated from the target's
     config, the longest prompt and the largest budget (`harness.targets.devices.batch_memory`)."""
@@ -315,8 +336,16 @@ def check_batch_memory(suite: Suite, model: str, cfg: Any, family_name: str, tok
     dtype = torch.float64 if suite.exact else resolve_dtype(suite.dtype, device)
     budget = max(16 if b == "auto" else int(b) for b in suite.budgets)
     batch = max(suite.batch_sizes)
-    needed = batch_memory(cfg, family(family_name).attention != "block_causal", batch, budget + 1,
-                          max(lengths, default=0), suite.gen_length, suite.block_length, dtype)
+    needed = batch_memory(
+        cfg,
+        family(family_name).attention != "block_causal",
+        batch,
+        budget + 1,
+        max(lengths, default=0),
+        suite.gen_length,
+        suite.block_length,
+        dtype,
+    )
     if device.type == "cuda":
         free = int(torch.cuda.mem_get_info(device)[0] * min(1.0, suite.gpus_per_worker))
     else:
@@ -334,11 +363,16 @@ def check_prompts_fit(suite: Suite) -> None:
 
     text_tasks = [name for name in suite.tasks if not name.startswith(PREFIX)]
     for model in suite.models:
-        bare = (Path(model).is_dir() and not is_converted(model)  # a converted target uses its base's tokenizer
-                and not any((Path(model) / f).is_file() for f in TOKENIZER_FILES))
+        bare = (
+            Path(model).is_dir()
+            and not is_converted(model)  # a converted target uses its base's tokenizer
+            and not any((Path(model) / f).is_file() for f in TOKENIZER_FILES)
+        )
         if text_tasks and bare and not is_ar_name(model):  # a GGUF file carries its own tokenizer
-            raise UserError(f"model {model} has no tokenizer files and task {text_tasks[0]} gives text prompts; "
-                            "give token-id prompts (--tasks ids:FILE.jsonl) or a folder with its tokenizer")
+            raise UserError(
+                f"model {model} has no tokenizer files and task {text_tasks[0]} gives text prompts; "
+                "give token-id prompts (--tasks ids:FILE.jsonl) or a folder with its tokenizer"
+            )
 
 
 def check_storable(suite: Suite) -> None:
@@ -352,8 +386,10 @@ def check_storable(suite: Suite) -> None:
     bits = column.bit_width - (0 if pa.types.is_unsigned_integer(column) else 1)
     for seed in suite.seeds:
         if seed >= 2**bits:
-            raise UserError(f"seed {seed} does not fit the {column} seed column of run results; "
-                            f"use seeds below 2**{bits} (decode takes any seed in [0, 2**64))")
+            raise UserError(
+                f"seed {seed} does not fit the {column} seed column of run results; "
+                f"use seeds below 2**{bits} (decode takes any seed in [0, 2**64))"
+            )
 
 
 def check_checkpoint_folder(model: str) -> None:
@@ -366,8 +402,9 @@ def check_checkpoint_folder(model: str) -> None:
     folder = Path(model)
     if not folder.is_dir():
         zoo = ", ".join(zoo_names()) or "none built"
-        raise UserError(f"unknown model {model!r}; use a zoo model ({zoo}), "
-                        "tiny-random:<family>[:seed] or a checkpoint folder")
+        raise UserError(
+            f"unknown model {model!r}; use a zoo model ({zoo}), tiny-random:<family>[:seed] or a checkpoint folder"
+        )
     usage = "give a checkpoint folder (config.json and model.safetensors), a zoo model or tiny-random:<family>"
     try:
         config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))

@@ -21,8 +21,9 @@ LEVEL = 0.95
 Arm = TypeVar("Arm", bound=Hashable)
 
 
-def resampled_speedups(plain_nfe: Sequence[int], spec_nfe: dict[Arm, Sequence[int]], draws: int = DRAWS,
-                       seed: int = 0) -> dict[Arm, Tensor]:
+def resampled_speedups(
+    plain_nfe: Sequence[int], spec_nfe: dict[Arm, Sequence[int]], draws: int = DRAWS, seed: int = 0
+) -> dict[Arm, Tensor]:
     """[draws] speedup_nfe per arm, every draw summing the same prompts (drawn with replacement) for
     every arm; `plain_nfe[i]` and `spec_nfe[arm][i]` are prompt i's passes."""
     count = len(plain_nfe)

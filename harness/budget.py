@@ -48,8 +48,13 @@ class CostCurve:
         return y0 + (y1 - y0) * (rows - x0) / (x1 - x0)
 
 
-def measure_pass_cost(target: DLMTarget, prompt_ids: Sequence[int], config: DecodeConfig,
-                      rows: Sequence[int] = (1, 2, 3, 5, 9, 17), repeats: int = 5) -> CostCurve:
+def measure_pass_cost(
+    target: DLMTarget,
+    prompt_ids: Sequence[int],
+    config: DecodeConfig,
+    rows: Sequence[int] = (1, 2, 3, 5, 9, 17),
+    repeats: int = 5,
+) -> CostCurve:
     """The pass time with each number of rows, over the prompt's prefix with the first block masked
     (after untimed passes, the first of which stores the prompt's cache on block-causal targets)."""
     session = target.start(list(prompt_ids), config.gen_length, config.block_length)
@@ -75,8 +80,12 @@ class Prediction:
     speedup_nfe: float
 
 
-def predict(plains: Sequence[tuple[Generation, DecodeConfig]], make_proposer: Callable[[Generation], Proposer],
-            cost: CostCurve, budgets: Sequence[int] = CANDIDATES) -> list[Prediction]:
+def predict(
+    plains: Sequence[tuple[Generation, DecodeConfig]],
+    make_proposer: Callable[[Generation], Proposer],
+    cost: CostCurve,
+    budgets: Sequence[int] = CANDIDATES,
+) -> list[Prediction]:
     """Each budget's predicted time on the calibration generations (recorded with keep_logits)."""
     engine_per_commit = sum(p.metrics.other_s for p, _ in plains) / sum(p.metrics.commits for p, _ in plains)
     commits = sum(p.metrics.commits for p, _ in plains)

@@ -46,7 +46,8 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> ConfigChange:
         if before == after:
             continue
         grows = (isinstance(before, list) and isinstance(after, list) and all(item in after for item in before)) or (
-            key in GROWING_NUMBERS and isinstance(before, int) and isinstance(after, int) and after > before)
+            key in GROWING_NUMBERS and isinstance(before, int) and isinstance(after, int) and after > before
+        )
         (change.extended if grows else change.refused)[key] = (before, after)
     return change
 
@@ -62,9 +63,11 @@ def result_differences(run: dict[str, Any], baseline: dict[str, Any]) -> list[st
     `run` and `baseline` are {"config": ..., "inputs": ...} as a manifest (or a summary's metadata)
     records them. Returns one `name (run value vs baseline value)` item per difference."""
     config, base = run.get("config", {}), baseline.get("config", {})
-    out = [f"{key} ({_text(config.get(key, _ABSENT))} vs {_text(base.get(key, _ABSENT))})"
-           for key in sorted(config.keys() | base.keys())
-           if key not in ARM_SETTINGS and config.get(key, _ABSENT) != base.get(key, _ABSENT)]
+    out = [
+        f"{key} ({_text(config.get(key, _ABSENT))} vs {_text(base.get(key, _ABSENT))})"
+        for key in sorted(config.keys() | base.keys())
+        if key not in ARM_SETTINGS and config.get(key, _ABSENT) != base.get(key, _ABSENT)
+    ]
     return out + input_differences(run.get("inputs", {}), baseline.get("inputs", {}))
 
 
@@ -73,8 +76,11 @@ def input_differences(now: dict[str, Any], recorded: dict[str, Any]) -> list[str
     out = []
     for kind in ("checkpoints", "data"):
         a, b = now.get(kind, {}), recorded.get(kind, {})
-        out += [f"{kind[:-1]} {name} (sha256 {a[name][:12]} vs {b[name][:12]})"
-                for name in sorted(a.keys() & b.keys()) if a[name] != b[name]]
+        out += [
+            f"{kind[:-1]} {name} (sha256 {a[name][:12]} vs {b[name][:12]})"
+            for name in sorted(a.keys() & b.keys())
+            if a[name] != b[name]
+        ]
     return out
 
 

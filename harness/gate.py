@@ -89,9 +89,11 @@ def load_summary(path: str | Path) -> Summary:
             raise UserError(f"cannot read summary {path}: {str(error).splitlines()[0]}") from None
         raw = (table.schema.metadata or {}).get(SUMMARY_METADATA)
         if raw is None:
-            raise UserError(f"{path} carries no spotbench run metadata (its config and status): it was written "
-                            f"before schema version {SCHEMA_VERSION} or by another tool; gate against its run "
-                            "directory")
+            raise UserError(
+                f"{path} carries no spotbench run metadata (its config and status): it was written "
+                f"before schema version {SCHEMA_VERSION} or by another tool; gate against its run "
+                "directory"
+            )
         record = json.loads(raw)
         return Summary(table.to_pylist(), record.get("status"), record, str(path))
     if not (path / "manifest.json").exists():
@@ -112,21 +114,25 @@ def check_digest(path: str | Path, expected: str) -> None:
 
     want = expected.strip().lower().removeprefix("sha256:")
     if len(want) != 64 or any(c not in "0123456789abcdef" for c in want):
-        raise UserError(f"--baseline-digest {expected!r} is not a digest (64 hex digits, as spotbench run and verify "
-                        "print it)")
+        raise UserError(
+            f"--baseline-digest {expected!r} is not a digest (64 hex digits, as spotbench run and verify print it)"
+        )
     path = Path(path)
     if path.is_file() and (path.parent / store.MANIFEST_FILE).is_file():
         path = path.parent
     if not (path / store.MANIFEST_FILE).is_file():
-        raise UserError(f"--baseline-digest pins a run directory, and {path} is not one; give the baseline's run "
-                        "directory")
+        raise UserError(
+            f"--baseline-digest pins a run directory, and {path} is not one; give the baseline's run directory"
+        )
     status = RunDir.existing(path).manifest().get("status")
     if status != "complete":
         raise UserError(f"baseline {path} is not a complete run (status {status}); a digest pins a finished run")
     found = store.run_digest(path)
     if found != want:
-        raise UserError(f"baseline {path} has digest {found}, not {want} (the one recorded for it): its manifest, "
-                        "index, sample files or summary changed since; use the recorded baseline")
+        raise UserError(
+            f"baseline {path} has digest {found}, not {want} (the one recorded for it): its manifest, "
+            "index, sample files or summary changed since; use the recorded baseline"
+        )
 
 
 def config_warning(run: Summary, baseline: Summary, allow: bool) -> str | None:
@@ -136,15 +142,18 @@ def config_warning(run: Summary, baseline: Summary, allow: bool) -> str | None:
     differences = result_differences(run.record, baseline.record)
     if not differences:
         return None
-    what = (f"{run.source} and the baseline {baseline.source} differ in settings that change results: "
-            f"{', '.join(differences)}")
+    what = (
+        f"{run.source} and the baseline {baseline.source} differ in settings that change results: "
+        f"{', '.join(differences)}"
+    )
     if not allow:
         raise UserError(f"{what}; gate runs made with the same settings, or pass --allow-config-diff to compare anyway")
     return f"warning: {what}; compared anyway (--allow-config-diff)"
 
 
-def gate(run: list[dict[str, Any]], baseline: list[dict[str, Any]], status: str | None,
-         thresholds: Thresholds = Thresholds()) -> list[Check]:
+def gate(
+    run: list[dict[str, Any]], baseline: list[dict[str, Any]], status: str | None, thresholds: Thresholds = Thresholds()
+) -> list[Check]:
     from harness.summary import SUMMARY_KEY
 
     checks = []
@@ -155,8 +164,11 @@ def gate(run: list[dict[str, Any]], baseline: list[dict[str, Any]], status: str 
         if measured["exact_rate"] is None:  # rejection sampling at T>0: lossless in distribution (a test), not per row
             checks.append(Check(arm_name(measured), "exact_rate", None, None, "not token-checked (distribution)", True))
         else:
-            checks.append(Check(arm_name(measured), "exact_rate", measured["exact_rate"], None, "= 1",
-                                measured["exact_rate"] == 1.0))
+            checks.append(
+                Check(
+                    arm_name(measured), "exact_rate", measured["exact_rate"], None, "= 1", measured["exact_rate"] == 1.0
+                )
+            )
     t = thresholds
     for base in baseline:
         arm = arm_name(base)
@@ -165,34 +177,55 @@ def gate(run: list[dict[str, Any]], baseline: list[dict[str, Any]], status: str 
             checks.append(Check(arm, "present", None, None, "in the run", False))
             continue
         floor = t.accept_fraction * base["mean_accept_len"]
-        checks.append(Check(arm, "mean_accept_len", row["mean_accept_len"], base["mean_accept_len"],
-                            f">= {floor:.3f}", row["mean_accept_len"] >= floor))
+        checks.append(
+            Check(
+                arm,
+                "mean_accept_len",
+                row["mean_accept_len"],
+                base["mean_accept_len"],
+                f">= {floor:.3f}",
+                row["mean_accept_len"] >= floor,
+            )
+        )
         for metric, band in (("speedup_nfe", t.nfe_band), ("speedup_wall", t.wall_band)):
             if base[metric] is None or row[metric] is None:
                 continue
             low, high = base[metric] * (1 - band), base[metric] * (1 + band)
-            checks.append(Check(arm, metric, row[metric], base[metric], f"{low:.3f}..{high:.3f}",
-                                low <= row[metric] <= high))
+            checks.append(
+                Check(arm, metric, row[metric], base[metric], f"{low:.3f}..{high:.3f}", low <= row[metric] <= high)
+            )
         if base["correct"] is None or row["accuracy"] is None:  # unscored prompts (token ids): no accuracy
-            checks.append(Check(arm, "accuracy", row["accuracy"], base["accuracy"], "not scored",
-                                row["accuracy"] is None and base["accuracy"] is None))
+            checks.append(
+                Check(
+                    arm,
+                    "accuracy",
+                    row["accuracy"],
+                    base["accuracy"],
+                    "not scored",
+                    row["accuracy"] is None and base["accuracy"] is None,
+                )
+            )
             continue
         lower, _ = wilson_interval(base["correct"], base["n"], t.z)
-        checks.append(Check(arm, "accuracy", row["accuracy"], base["accuracy"], f">= {lower:.3f}",
-                            row["accuracy"] >= lower))
+        checks.append(
+            Check(arm, "accuracy", row["accuracy"], base["accuracy"], f">= {lower:.3f}", row["accuracy"] >= lower)
+        )
     return checks
 
 
 def arm_name(row: dict[str, Any]) -> str:
-    return (f"{row['model']}/{row['task']} T={row['temperature']:g} {row['rule']} "
-            f"{row['proposer']}@{row['budget']}/batch{row['batch_size']}")
+    return (
+        f"{row['model']}/{row['task']} T={row['temperature']:g} {row['rule']} "
+        f"{row['proposer']}@{row['budget']}/batch{row['batch_size']}"
+    )
 
 
 def render(checks: list[Check], all_checks: bool = False) -> str:
     shown = checks if all_checks else [c for c in checks if not c.ok]
     header = ("arm", "metric", "run", "baseline", "allowed", "")
-    lines = [header] + [(c.arm, c.metric, _num(c.value), _num(c.baseline), c.allowed, "ok" if c.ok else "FAIL")
-                        for c in shown]
+    lines = [header] + [
+        (c.arm, c.metric, _num(c.value), _num(c.baseline), c.allowed, "ok" if c.ok else "FAIL") for c in shown
+    ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     table = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines]
     failed = sum(not c.ok for c in checks)

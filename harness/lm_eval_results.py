@@ -28,13 +28,20 @@ from harness.results import SCHEMA_VERSION, RunDir
 
 FILE = "results.json"
 FILTER = "none"
-HIGHER_IS_BETTER = {"exact_match": True, "spec_exact_match": True, "lossless": True, "speedup_nfe": True,
-                    "speedup_wall": True, "mean_accept_len": True}
+HIGHER_IS_BETTER = {
+    "exact_match": True,
+    "spec_exact_match": True,
+    "lossless": True,
+    "speedup_nfe": True,
+    "speedup_wall": True,
+    "mean_accept_len": True,
+}
 
 
 def arm_name(row: dict[str, Any]) -> str:
-    return (f"{row['task']}|{row['model']}|{row['proposer']}|budget={row['budget']}"
-            f"|T={row['temperature']:g}|{row['rule']}")
+    return (
+        f"{row['task']}|{row['model']}|{row['proposer']}|budget={row['budget']}|T={row['temperature']:g}|{row['rule']}"
+    )
 
 
 def share_stderr(p: float | None, n: int) -> float | str:
@@ -70,20 +77,40 @@ def lm_eval_results(summary: list[dict[str, Any]], manifest: dict[str, Any]) -> 
     return {
         "results": {name: arm_metrics(row) for name, row in arms.items()},
         "group_subtasks": {name: [] for name in arms},
-        "configs": {name: {
-            "task": name, "dataset_name": row["task"], "test_split": config.get("split"),
-            "num_fewshot": config.get("num_fewshot"), "output_type": "generate_until",
-            "generation_kwargs": {"max_gen_toks": config.get("gen_length"), "temperature": row["temperature"],
-                                  "block_length": config.get("block_length"), "rule": row["rule"]},
-            "metadata": {"model": row["model"], "proposer": row["proposer"], "budget": row["budget"],
-                         "proposer_kind": row["proposer_kind"], "trained_on": row["trained_on"]},
-        } for name, row in arms.items()},
+        "configs": {
+            name: {
+                "task": name,
+                "dataset_name": row["task"],
+                "test_split": config.get("split"),
+                "num_fewshot": config.get("num_fewshot"),
+                "output_type": "generate_until",
+                "generation_kwargs": {
+                    "max_gen_toks": config.get("gen_length"),
+                    "temperature": row["temperature"],
+                    "block_length": config.get("block_length"),
+                    "rule": row["rule"],
+                },
+                "metadata": {
+                    "model": row["model"],
+                    "proposer": row["proposer"],
+                    "budget": row["budget"],
+                    "proposer_kind": row["proposer_kind"],
+                    "trained_on": row["trained_on"],
+                },
+            }
+            for name, row in arms.items()
+        },
         "versions": dict.fromkeys(arms, SCHEMA_VERSION),
         "n-shot": {name: config.get("num_fewshot") or 0 for name in arms},
         "higher_is_better": dict.fromkeys(arms, HIGHER_IS_BETTER),
         "n-samples": {name: {"original": row["n"], "effective": row["n"]} for name, row in arms.items()},
-        "config": {"model": "spotbench", "model_args": config, "limit": config.get("limit"),
-                   "seeds": manifest.get("seeds"), "chat_template": config.get("chat_template")},
+        "config": {
+            "model": "spotbench",
+            "model_args": config,
+            "limit": config.get("limit"),
+            "seeds": manifest.get("seeds"),
+            "chat_template": config.get("chat_template"),
+        },
         "git_hash": manifest.get("git_revision"),
         "date": time.time(),
         "packages": manifest.get("packages"),

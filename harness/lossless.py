@@ -64,19 +64,26 @@ class LosslessReport:
         first = None
         if self.divergence is not None:
             d = self.divergence
-            first = {"token": d.token, "step": d.step, "confidence_margin": _finite(d.confidence_margin),
-                     "decision_gap": _finite(d.decision_gap), "near_tie": d.near_tie}
-        return {"exact": self.exact, "verdict": self.verdict, "first_divergence": first,
-                "near_tie_tolerance": self.tolerance}
+            first = {
+                "token": d.token,
+                "step": d.step,
+                "confidence_margin": _finite(d.confidence_margin),
+                "decision_gap": _finite(d.decision_gap),
+                "near_tie": d.near_tie,
+            }
+        return {
+            "exact": self.exact,
+            "verdict": self.verdict,
+            "first_divergence": first,
+            "near_tie_tolerance": self.tolerance,
+        }
 
 
 def near_tie_tolerance(dtype: torch.dtype) -> float:
     return NEAR_TIE.get(dtype, NEAR_TIE[torch.bfloat16])
 
 
-def check_lossless(
-    plain: Generation, spec: Generation, tolerance: float = NEAR_TIE[torch.float32]
-) -> LosslessReport:
+def check_lossless(plain: Generation, spec: Generation, tolerance: float = NEAR_TIE[torch.float32]) -> LosslessReport:
     """Compare `spec` with the reference `plain` (which must carry its per-step records)."""
     if plain.records is None:
         raise ValueError("the reference must be a plain generation (it carries the per-step records)")
@@ -119,8 +126,12 @@ def _bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if a.is_floating_point():  # bits, not values: -0.0 against 0.0 or one NaN against another differ
-        bits = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
-                torch.bfloat16: torch.int16}[a.dtype]
+        bits = {
+            torch.float64: torch.int64,
+            torch.float32: torch.int32,
+            torch.float16: torch.int16,
+            torch.bfloat16: torch.int16,
+        }[a.dtype]
         return torch.equal(a.contiguous().view(bits), b.contiguous().view(bits))
     return torch.equal(a, b)
 

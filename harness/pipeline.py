@@ -105,16 +105,33 @@ Scorer = Callable[[str], Score]
 """A completion's score against the sample's reference."""
 
 
-def evaluate_group(target: DLMTarget | ARTarget, group: Group, arms: Sequence[Arm], build: ProposerBuilder,
-                   score: Scorer | None, exact_mode: bool, tolerance: float, worker: str = "",
-                   ar_sampling: str = COUPLED) -> list[Row]:
+def evaluate_group(
+    target: DLMTarget | ARTarget,
+    group: Group,
+    arms: Sequence[Arm],
+    build: ProposerBuilder,
+    score: Scorer | None,
+    exact_mode: bool,
+    tolerance: float,
+    worker: str = "",
+    ar_sampling: str = COUPLED,
+) -> list[Row]:
     """The rows of one group (`evaluate_groups` with one group, decoded alone)."""
     return evaluate_groups(target, [group], arms, build, [score], exact_mode, tolerance, worker, ar_sampling)[0]
 
 
-def evaluate_groups(target: DLMTarget | ARTarget, groups: Sequence[Group], arms: Sequence[Arm],
-                    build: ProposerBuilder, scores: Sequence[Scorer | None], exact_mode: bool, tolerance: float,
-                    worker: str = "", ar_sampling: str = COUPLED, batch_size: int = 1) -> list[list[Row]]:
+def evaluate_groups(
+    target: DLMTarget | ARTarget,
+    groups: Sequence[Group],
+    arms: Sequence[Arm],
+    build: ProposerBuilder,
+    scores: Sequence[Scorer | None],
+    exact_mode: bool,
+    tolerance: float,
+    worker: str = "",
+    ar_sampling: str = COUPLED,
+    batch_size: int = 1,
+) -> list[list[Row]]:
     """The rows of each group: the plain references of all groups decoded `batch_size` at a time
     (`harness.decoding.batch.decode_batch`), then each arm over all groups likewise, each checked
     against its group's plain reference and scored (`scores[i]` scores group i). Each generation is
@@ -125,17 +142,52 @@ def evaluate_groups(target: DLMTarget | ARTarget, groups: Sequence[Group], arms:
     plains = decode_batch(target, [loop(None, 0) for loop in loops], batch_size)
     completions = [decode_text(target, plain.answer_ids) for plain in plains]
     plain_scores = [score(c) if score else None for score, c in zip(scores, completions)]
-    specs = [decode_batch(target, [loop(build(arm.proposer, target, plain), arm.decode_budget)
-                                   for loop, plain in zip(loops, plains)], batch_size) for arm in arms]
-    return [[_row(group, arm, plain, arm_specs[i], completions[i], plain_scores[i], scores[i], target, exact_mode,
-                  tolerance, worker, ar_sampling, batch_size)
-             for arm, arm_specs in zip(arms, specs)]
-            for i, (group, plain) in enumerate(zip(groups, plains))]
+    specs = [
+        decode_batch(
+            target,
+            [loop(build(arm.proposer, target, plain), arm.decode_budget) for loop, plain in zip(loops, plains)],
+            batch_size,
+        )
+        for arm in arms
+    ]
+    return [
+        [
+            _row(
+                group,
+                arm,
+                plain,
+                arm_specs[i],
+                completions[i],
+                plain_scores[i],
+                scores[i],
+                target,
+                exact_mode,
+                tolerance,
+                worker,
+                ar_sampling,
+                batch_size,
+            )
+            for arm, arm_specs in zip(arms, specs)
+        ]
+        for i, (group, plain) in enumerate(zip(groups, plains))
+    ]
 
 
-def _row(group: Group, arm: Arm, plain: Generation, spec: Generation, completion: str, plain_score: Score | None,
-         score: Scorer | None, target: DLMTarget | ARTarget, exact_mode: bool, tolerance: float, worker: str,
-         ar_sampling: str, batch_size: int) -> Row:
+def _row(
+    group: Group,
+    arm: Arm,
+    plain: Generation,
+    spec: Generation,
+    completion: str,
+    plain_score: Score | None,
+    score: Scorer | None,
+    target: DLMTarget | ARTarget,
+    exact_mode: bool,
+    tolerance: float,
+    worker: str,
+    ar_sampling: str,
+    batch_size: int,
+) -> Row:
     checked = ar_sampling == COUPLED or group.temperature == 0
     report = check_lossless(plain, spec, tolerance)
     divergence = report.divergence if checked else None
@@ -143,36 +195,59 @@ def _row(group: Group, arm: Arm, plain: Generation, spec: Generation, completion
     spec_score = plain_score if spec_completion == completion or not score else score(spec_completion)
     stops = Counter(spec.stops)
     return Row(
-        model=group.model, proposer=arm.proposer, task=group.task, sample_id=group.sample_id,
-        temperature=group.temperature, rule=group.rule, budget=arm.budget, seed=group.seed,
+        model=group.model,
+        proposer=arm.proposer,
+        task=group.task,
+        sample_id=group.sample_id,
+        temperature=group.temperature,
+        rule=group.rule,
+        budget=arm.budget,
+        seed=group.seed,
         batch_size=batch_size,
-        proposer_kind=arm.kind, trained_on=arm.trained_on, chosen_budget=arm.decode_budget,
+        proposer_kind=arm.kind,
+        trained_on=arm.trained_on,
+        chosen_budget=arm.decode_budget,
         predicted_speedup_wall=arm.predicted_speedup_wall,
-        gen_length=group.gen_length, block_length=group.block_length, exact_mode=exact_mode,
-        prompt_tokens=len(group.prompt_ids), prompt=group.prompt, chat_template=group.chat_template,
+        gen_length=group.gen_length,
+        block_length=group.block_length,
+        exact_mode=exact_mode,
+        prompt_tokens=len(group.prompt_ids),
+        prompt=group.prompt,
+        chat_template=group.chat_template,
         reference=group.reference,
-        **_metrics("plain", plain), stale_hit_rate=plain.metrics.stale_hit_rate,
-        **_metrics("spec", spec), draft_nodes=spec.metrics.draft_nodes,
-        mean_accept_len=spec.metrics.mean_accept_len, accepted_per_depth=list(spec.metrics.accepted_per_depth),
-        stops_leaf=stops[LEAF], stops_position=stops[POSITION], stops_token=stops[TOKEN],
+        **_metrics("plain", plain),
+        stale_hit_rate=plain.metrics.stale_hit_rate,
+        **_metrics("spec", spec),
+        draft_nodes=spec.metrics.draft_nodes,
+        mean_accept_len=spec.metrics.mean_accept_len,
+        accepted_per_depth=list(spec.metrics.accepted_per_depth),
+        stops_leaf=stops[LEAF],
+        stops_position=stops[POSITION],
+        stops_token=stops[TOKEN],
         stops_no_draft=stops[NO_DRAFT],
-        spec_draft_model_forwards=spec.metrics.draft_model_forwards, ar_sampling=ar_sampling,
+        spec_draft_model_forwards=spec.metrics.draft_model_forwards,
+        ar_sampling=ar_sampling,
         speedup_nfe=plain.metrics.target_forwards / spec.metrics.target_forwards,
         speedup_wall=plain.metrics.wall_s / spec.metrics.wall_s if spec.metrics.wall_s else None,
-        exact=report.exact if checked else None, verdict=report.verdict if checked else DISTRIBUTION,
+        exact=report.exact if checked else None,
+        verdict=report.verdict if checked else DISTRIBUTION,
         divergence_token=divergence.token if divergence else None,
         divergence_step=divergence.step if divergence else None,
         divergence_confidence_margin=divergence.confidence_margin if divergence else None,
-        divergence_decision_gap=divergence.decision_gap if divergence else None, near_tie_tolerance=tolerance,
-        completion=completion, correct=plain_score.correct if plain_score else None,
+        divergence_decision_gap=divergence.decision_gap if divergence else None,
+        near_tie_tolerance=tolerance,
+        completion=completion,
+        correct=plain_score.correct if plain_score else None,
         score=json.dumps(plain_score.details, default=str) if plain_score else None,
-        spec_completion=spec_completion, spec_correct=spec_score.correct if spec_score else None,
-        plain_answer_ids=list(plain.answer_ids), spec_answer_ids=list(spec.answer_ids), worker=worker,
+        spec_completion=spec_completion,
+        spec_correct=spec_score.correct if spec_score else None,
+        plain_answer_ids=list(plain.answer_ids),
+        spec_answer_ids=list(spec.answer_ids),
+        worker=worker,
     )
 
 
-def decoder(target: DLMTarget | ARTarget, group: Group, ar_sampling: str = COUPLED
-            ) -> Callable[[Any, int], Decoding]:
+def decoder(target: DLMTarget | ARTarget, group: Group, ar_sampling: str = COUPLED) -> Callable[[Any, int], Decoding]:
     """The group's loop as `loop(proposer, budget)`, for `decode_batch`; the proposer is a `Proposer`
     for a diffusion target, an `ARProposer` for an autoregressive one, and None for the traced plain
     reference. AR targets decode token by token and take only the rule `greedy`, coupled or by
@@ -192,16 +267,23 @@ def decoder(target: DLMTarget | ARTarget, group: Group, ar_sampling: str = COUPL
                     raise ValueError(f"{type(proposer).__name__} gives no draft distributions for rejection mode")
                 return ar_rejection_generation(target, prompt, proposer, ar_config, budget)
             return ar_generation(target, prompt, proposer, ar_config, budget)
+
         return loop_ar
     if ar_sampling != COUPLED:
         raise ValueError(f"a diffusion target decodes coupled, not with ar_sampling {ar_sampling!r}")
-    config = DecodeConfig(parse_rule(group.rule, target.family, target.mask_id), group.gen_length,
-                          group.block_length, group.temperature, group.seed)
+    config = DecodeConfig(
+        parse_rule(group.rule, target.family, target.mask_id),
+        group.gen_length,
+        group.block_length,
+        group.temperature,
+        group.seed,
+    )
 
     def loop_dlm(proposer: Proposer | None, budget: int) -> Decoding:
         if proposer is None:
             return plain_generation(target, prompt, config)
         return speculative_generation(target, prompt, proposer, config, budget)
+
     return loop_dlm
 
 
@@ -212,7 +294,14 @@ def decode_text(target: DLMTarget | ARTarget, ids: list[int]) -> str:
 
 def _metrics(prefix: str, generation: Generation) -> dict[str, Any]:
     m = generation.metrics
-    return {f"{prefix}_nfe": m.nfe, f"{prefix}_rows": m.rows, f"{prefix}_commits": m.commits,
-            f"{prefix}_tokens": len(generation.answer_ids), f"{prefix}_wall_s": m.wall_s,
-            f"{prefix}_target_s": m.target_s, f"{prefix}_proposer_s": m.proposer_s,
-            f"{prefix}_other_s": m.other_s, f"{prefix}_target_forwards": m.target_forwards}
+    return {
+        f"{prefix}_nfe": m.nfe,
+        f"{prefix}_rows": m.rows,
+        f"{prefix}_commits": m.commits,
+        f"{prefix}_tokens": len(generation.answer_ids),
+        f"{prefix}_wall_s": m.wall_s,
+        f"{prefix}_target_s": m.target_s,
+        f"{prefix}_proposer_s": m.proposer_s,
+        f"{prefix}_other_s": m.other_s,
+        f"{prefix}_target_forwards": m.target_forwards,
+    }

@@ -37,8 +37,9 @@ def render_report(run: RunDir) -> str:
         _section("Speedup vs budget (solid: target passes, dashed: wall time)", _speedup_charts(summary, colour)),
         _section("Transitions committed per pass (largest budget)", _accept_histograms(rows, colour)),
         _section("Target passes per generated token", _nfe_per_token(summary, colour)),
-        _section("Budget chosen by measured latency (auto): predicted against measured speedup_wall",
-                 _auto_table(summary)),
+        _section(
+            "Budget chosen by measured latency (auto): predicted against measured speedup_wall", _auto_table(summary)
+        ),
         _section("Throughput: tokens/s, where the wall time goes, per-prompt latency", _throughput_table(summary)),
         _section("Exactness", _exactness_table(summary, rows)),
         _section("Model loads per worker: time and peak memory", _loads_table(manifest)),
@@ -59,13 +60,23 @@ def write_report(run: RunDir) -> str:
 def _header(manifest: dict[str, Any], rows: int) -> str:
     config = manifest.get("config", {})
     sessions = manifest.get("sessions", [])
-    items = [("status", manifest.get("status")), ("rows", rows), ("git", manifest.get("git_revision")),
-             ("created", manifest.get("created")), ("schema", manifest.get("schema_version")),
-             ("command", " ".join(manifest.get("command") or [])),
-             ("sessions", (f"{len(sessions)} ({sum(s.get('worker_deaths', 0) for s in sessions)} worker deaths, "
-                           f"{len(manifest.get('config_history', []))} extensions)")),
-             ("hardware", ", ".join(f"{k}={v}" for k, v in manifest.get("hardware", {}).items())),
-             *config.items()]
+    items = [
+        ("status", manifest.get("status")),
+        ("rows", rows),
+        ("git", manifest.get("git_revision")),
+        ("created", manifest.get("created")),
+        ("schema", manifest.get("schema_version")),
+        ("command", " ".join(manifest.get("command") or [])),
+        (
+            "sessions",
+            (
+                f"{len(sessions)} ({sum(s.get('worker_deaths', 0) for s in sessions)} worker deaths, "
+                f"{len(manifest.get('config_history', []))} extensions)"
+            ),
+        ),
+        ("hardware", ", ".join(f"{k}={v}" for k, v in manifest.get("hardware", {}).items())),
+        *config.items(),
+    ]
     cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(_text(v))}</td></tr>" for k, v in items)
     return f'<table class="meta">{cells}</table>'
 
@@ -81,8 +92,13 @@ def _speedup_charts(summary: list[dict], colour: dict[str, str]) -> str:
         for proposer, arms in sorted(by_proposer.items()):
             arms.sort(key=lambda r: r["budget"])
             series.append((colour[proposer], "", [(r["budget"], r["speedup_nfe"]) for r in arms]))
-            series.append((colour[proposer], "5,4", [(r["budget"], r["speedup_wall"]) for r in arms
-                                                    if r["speedup_wall"] is not None]))
+            series.append(
+                (
+                    colour[proposer],
+                    "5,4",
+                    [(r["budget"], r["speedup_wall"]) for r in arms if r["speedup_wall"] is not None],
+                )
+            )
         charts.append(_line_chart(title, series, "budget (draft nodes per pass)", "speedup (x)"))
     return "".join(charts)
 
@@ -123,8 +139,10 @@ def _nfe_per_token(summary: list[dict], colour: dict[str, str]) -> str:
         arms = [r for r in arms if r["budget"] == top]
         plain = sum(r["plain_nfe_per_token"] for r in arms) / len(arms)
         bars = [("plain", "plain", plain, "#7f7f7f")]
-        bars += [(f"T={r['temperature']:g}", _arm(r), r["spec_nfe_per_token"], colour[r["proposer"]])
-                 for r in sorted(arms, key=lambda r: (r["proposer"], r["temperature"], r["rule"]))]
+        bars += [
+            (f"T={r['temperature']:g}", _arm(r), r["spec_nfe_per_token"], colour[r["proposer"]])
+            for r in sorted(arms, key=lambda r: (r["proposer"], r["temperature"], r["rule"]))
+        ]
         charts.append(_bar_chart(f"{model}/{task} (budget {top})", bars, "", "passes per token"))
     return "".join(charts)
 
@@ -138,8 +156,16 @@ def _accuracy_charts(summary: list[dict]) -> str:
             groups[(r["model"], r["task"])].setdefault(f"T={r['temperature']:g} {r['rule']}", r)
     charts = []
     for (model, task), by_setting in sorted(groups.items()):
-        bars = [(label, f"{label}: {r['correct']} of {r['n']}", r["accuracy"], "#7f7f7f",
-                 wilson_interval(r["correct"], r["n"])) for label, r in sorted(by_setting.items())]
+        bars = [
+            (
+                label,
+                f"{label}: {r['correct']} of {r['n']}",
+                r["accuracy"],
+                "#7f7f7f",
+                wilson_interval(r["correct"], r["n"]),
+            )
+            for label, r in sorted(by_setting.items())
+        ]
         charts.append(_bar_chart(f"{model}/{task}", bars, "", "accuracy", top=1.0))
     return "".join(charts)
 
@@ -148,15 +174,22 @@ def _exactness_table(summary: list[dict], rows: list[dict]) -> str:
     verdicts: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in rows:
         verdicts[_arm(r)][r["verdict"]] += 1
-    head = ("<tr><th>arm</th><th>n</th><th>exact</th><th>near-tie</th><th>logic-error</th><th>distribution</th>"
-            "<th>exact rate</th></tr>")
+    head = (
+        "<tr><th>arm</th><th>n</th><th>exact</th><th>near-tie</th><th>logic-error</th><th>distribution</th>"
+        "<th>exact rate</th></tr>"
+    )
     body = "".join(
         f'<tr class="{"ok" if r["exact_rate"] in (1, None) else "bad"}"><td>{_e(_arm(r))}</td><td>{r["n"]}</td>'
         + "".join(f"<td>{verdicts[_arm(r)][v]}</td>" for v in ("exact", "near-tie", "logic-error", "distribution"))
-        + f'<td>{_pct(r["exact_rate"])}</td></tr>' for r in summary)
-    note = ("<p>distribution: rejection-sampling rows at T&gt;0, equal to plain decoding in distribution "
-            "(a statistical test), not token for token, so not token-checked.</p>"
-            if any(r["distribution_n"] for r in summary) else "")
+        + f"<td>{_pct(r['exact_rate'])}</td></tr>"
+        for r in summary
+    )
+    note = (
+        "<p>distribution: rejection-sampling rows at T&gt;0, equal to plain decoding in distribution "
+        "(a statistical test), not token for token, so not token-checked.</p>"
+        if any(r["distribution_n"] for r in summary)
+        else ""
+    )
     return f"<table>{head}{body}</table>{note}"
 
 
@@ -166,12 +199,16 @@ def _ar_table(summary: list[dict]) -> str:
     ar = [r for r in summary if r["rule"] == AR_RULE]
     if not ar:
         return ""
-    head = ("<tr><th>arm</th><th>sampling</th><th>n</th><th>tau</th><th>tokens per target forward</th>"
-            "<th>speedup nfe</th><th>speedup wall</th><th>acceptance per depth</th></tr>")
+    head = (
+        "<tr><th>arm</th><th>sampling</th><th>n</th><th>tau</th><th>tokens per target forward</th>"
+        "<th>speedup nfe</th><th>speedup wall</th><th>acceptance per depth</th></tr>"
+    )
     body = "".join(
         f"<tr><td>{_e(_arm(r))}</td><td>{_e(r['ar_sampling'])}</td><td>{r['n']}</td><td>{r['mean_accept_len']:.2f}</td>"
         f"<td>{r['tokens_per_target_forward']:.2f}</td><td>{_x(r['speedup_nfe'])}</td><td>{_x(r['speedup_wall'])}</td>"
-        f"<td>{', '.join(f'{a:.2f}' for a in r['accept_rate_per_depth'])}</td></tr>" for r in ar)
+        f"<td>{', '.join(f'{a:.2f}' for a in r['accept_rate_per_depth'])}</td></tr>"
+        for r in ar
+    )
     return f"<table>{head}{body}</table>"
 
 
@@ -179,9 +216,11 @@ def _throughput_table(summary: list[dict]) -> str:
     """Per arm (its batch size in its name): tokens/s and prompts/s of plain and speculative decoding
     per worker, the speculative wall split into target, proposer and engine (the plain reference's
     engine share beside it) and per-prompt wall (a prompt's share of its batch's time)."""
-    head = ("<tr><th>arm</th><th>tok/s plain</th><th>tok/s spec</th><th>prompts/s plain</th><th>prompts/s spec</th>"
-            "<th>target</th><th>proposer</th><th>engine</th>"
-            "<th>plain engine</th><th>latency plain p50 / p90 / p99 s</th><th>latency spec p50 / p90 / p99 s</th></tr>")
+    head = (
+        "<tr><th>arm</th><th>tok/s plain</th><th>tok/s spec</th><th>prompts/s plain</th><th>prompts/s spec</th>"
+        "<th>target</th><th>proposer</th><th>engine</th>"
+        "<th>plain engine</th><th>latency plain p50 / p90 / p99 s</th><th>latency spec p50 / p90 / p99 s</th></tr>"
+    )
     rows = []
     for r in summary:
         target, proposer = r.get("target_share"), r["proposer_share"]
@@ -191,7 +230,8 @@ def _throughput_table(summary: list[dict]) -> str:
             f"<td>{_num(r.get('plain_prompts_per_s'), 2)}</td><td>{_num(r.get('spec_prompts_per_s'), 2)}</td>"
             f"<td>{_pct(target)}</td><td>{_pct(proposer)}</td><td>{_pct(engine)}</td>"
             f"<td>{_pct(r.get('plain_engine_share'))}</td><td>{_latency(r.get('plain_latency_s'))}</td>"
-            f"<td>{_latency(r.get('spec_latency_s'))}</td></tr>")
+            f"<td>{_latency(r.get('spec_latency_s'))}</td></tr>"
+        )
     return f"<table>{head}{''.join(rows)}</table>"
 
 
@@ -208,8 +248,11 @@ def _auto_table(summary: list[dict]) -> str:
     if not auto:
         return ""
     head = "<tr><th>arm</th><th>chosen budgets</th><th>predicted speedup wall</th><th>measured speedup wall</th></tr>"
-    body = "".join(f"<tr><td>{_e(_arm(r))}</td><td>{', '.join(map(str, r['chosen_budgets']))}</td>"
-                   f"<td>{_x(r['predicted_speedup_wall'])}</td><td>{_x(r['speedup_wall'])}</td></tr>" for r in auto)
+    body = "".join(
+        f"<tr><td>{_e(_arm(r))}</td><td>{', '.join(map(str, r['chosen_budgets']))}</td>"
+        f"<td>{_x(r['predicted_speedup_wall'])}</td><td>{_x(r['speedup_wall'])}</td></tr>"
+        for r in auto
+    )
     return f"<table>{head}{body}</table>"
 
 
@@ -219,26 +262,32 @@ def _loads_table(manifest: dict[str, Any]) -> str:
     if not loads:
         return ""
     head = "<tr><th>worker</th><th>model</th><th>device</th><th>dtype</th><th>load s</th><th>peak memory</th></tr>"
-    body = "".join(f"<tr><td>{_e(r['worker'])}</td><td>{_e(r['model'])}</td><td>{_e(r['device'])}</td>"
-                   f"<td>{_e(r['dtype'])}</td><td>{r['load_s']:.2f}</td>"
-                   f"<td>{r['peak_memory_bytes'] / 2**20:.0f} MiB ({_e(r['memory'])})</td></tr>" for r in loads)
+    body = "".join(
+        f"<tr><td>{_e(r['worker'])}</td><td>{_e(r['model'])}</td><td>{_e(r['device'])}</td>"
+        f"<td>{_e(r['dtype'])}</td><td>{r['load_s']:.2f}</td>"
+        f"<td>{r['peak_memory_bytes'] / 2**20:.0f} MiB ({_e(r['memory'])})</td></tr>"
+        for r in loads
+    )
     return f"<table>{head}{body}</table>"
 
 
 def _accuracy_table(summary: list[dict]) -> str:
-    head = ("<tr><th>arm</th><th>n</th><th>accuracy (plain)</th><th>accuracy (spec)</th>"
-            "<th>mean accept len</th><th>speedup nfe (95% over prompts)</th><th>speedup wall</th>"
-            "<th>stale hit rate</th></tr>")
+    head = (
+        "<tr><th>arm</th><th>n</th><th>accuracy (plain)</th><th>accuracy (spec)</th>"
+        "<th>mean accept len</th><th>speedup nfe (95% over prompts)</th><th>speedup wall</th>"
+        "<th>stale hit rate</th></tr>"
+    )
     body = "".join(
         f"<tr><td>{_e(_arm(r))}</td><td>{r['n']}</td><td>{_pct(r['accuracy'])}</td><td>{_pct(r['spec_accuracy'])}</td>"
         f"<td>{r['mean_accept_len']:.2f}</td><td>{r['speedup_nfe']:.2f}x{_interval(r.get('speedup_nfe_ci95'))}</td>"
         f"<td>{_x(r['speedup_wall'])}</td>"
-        f"<td>{_pct(r['stale_hit_rate'])}</td></tr>" for r in summary)
+        f"<td>{_pct(r['stale_hit_rate'])}</td></tr>"
+        for r in summary
+    )
     return f"<table>{head}{body}</table>"
 
 
-def _line_chart(title: str, series: list[tuple[str, str, list[tuple[float, float]]]], xlabel: str,
-                ylabel: str) -> str:
+def _line_chart(title: str, series: list[tuple[str, str, list[tuple[float, float]]]], xlabel: str, ylabel: str) -> str:
     points = [p for _, _, pts in series for p in pts]
     if not points:
         return ""
@@ -250,10 +299,14 @@ def _line_chart(title: str, series: list[tuple[str, str, list[tuple[float, float
         if not pts:
             continue
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
-        parts.append(f'<polyline points="{path}" fill="none" stroke="{stroke}" stroke-width="2"'
-                     f' stroke-dasharray="{dash or "none"}"/>')
-        parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{stroke}"><title>{x}: {y:.3f}x'
-                  f'</title></circle>' for x, y in pts]
+        parts.append(
+            f'<polyline points="{path}" fill="none" stroke="{stroke}" stroke-width="2"'
+            f' stroke-dasharray="{dash or "none"}"/>'
+        )
+        parts += [
+            f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{stroke}"><title>{x}: {y:.3f}x</title></circle>'
+            for x, y in pts
+        ]
     return _svg(parts)
 
 
@@ -265,30 +318,41 @@ def _bar_chart(title: str, bars: list[tuple], xlabel: str, ylabel: str, top: flo
     parts = [_axes(title, xlabel, ylabel, [], None, _ticks(top), sy)]
     for i, (label, full, value, fill, *interval) in enumerate(bars):
         x = PAD + i * slot + slot * 0.15
-        parts.append(f'<rect x="{x:.1f}" y="{sy(value):.1f}" width="{slot * 0.7:.1f}" '
-                     f'height="{max(0.0, H - PAD - sy(value)):.1f}" fill="{fill}"><title>{_e(full)}: '
-                     f'{value:.4g}</title></rect>')
+        parts.append(
+            f'<rect x="{x:.1f}" y="{sy(value):.1f}" width="{slot * 0.7:.1f}" '
+            f'height="{max(0.0, H - PAD - sy(value)):.1f}" fill="{fill}"><title>{_e(full)}: '
+            f"{value:.4g}</title></rect>"
+        )
         if interval:
             (low, high), mid = interval[0], x + slot * 0.35
-            parts.append(f'<path d="M{mid - 4:.1f},{sy(high):.1f}h8M{mid:.1f},{sy(high):.1f}V{sy(low):.1f}'
-                         f'M{mid - 4:.1f},{sy(low):.1f}h8" stroke="#000" fill="none"/>')
+            parts.append(
+                f'<path d="M{mid - 4:.1f},{sy(high):.1f}h8M{mid:.1f},{sy(high):.1f}V{sy(low):.1f}'
+                f'M{mid - 4:.1f},{sy(low):.1f}h8" stroke="#000" fill="none"/>'
+            )
         if len(bars) <= 12:
-            parts.append(f'<text x="{x + slot * 0.35:.1f}" y="{H - PAD + 12}" class="tick" '
-                         f'text-anchor="middle">{_e(label)}</text>')
+            parts.append(
+                f'<text x="{x + slot * 0.35:.1f}" y="{H - PAD + 12}" class="tick" '
+                f'text-anchor="middle">{_e(label)}</text>'
+            )
     return _svg(parts)
 
 
 def _axes(title: str, xlabel: str, ylabel: str, xticks: list, sx, yticks: list[float], sy) -> str:
-    parts = [f'<text x="{W / 2}" y="13" class="title" text-anchor="middle">{_e(title)}</text>',
-             f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - 10}" y2="{H - PAD}" class="axis"/>',
-             f'<line x1="{PAD}" y1="20" x2="{PAD}" y2="{H - PAD}" class="axis"/>',
-             f'<text x="{W / 2}" y="{H - 8}" class="label" text-anchor="middle">{_e(xlabel)}</text>',
-             (f'<text x="11" y="{H / 2}" class="label" text-anchor="middle" '
-              f'transform="rotate(-90 11 {H / 2})">{_e(ylabel)}</text>')]
+    parts = [
+        f'<text x="{W / 2}" y="13" class="title" text-anchor="middle">{_e(title)}</text>',
+        f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - 10}" y2="{H - PAD}" class="axis"/>',
+        f'<line x1="{PAD}" y1="20" x2="{PAD}" y2="{H - PAD}" class="axis"/>',
+        f'<text x="{W / 2}" y="{H - 8}" class="label" text-anchor="middle">{_e(xlabel)}</text>',
+        (
+            f'<text x="11" y="{H / 2}" class="label" text-anchor="middle" '
+            f'transform="rotate(-90 11 {H / 2})">{_e(ylabel)}</text>'
+        ),
+    ]
     parts += [f'<text x="{PAD - 4}" y="{sy(v) + 3:.1f}" class="tick" text-anchor="end">{v:g}</text>' for v in yticks]
     if sx:
-        parts += [f'<text x="{sx(v):.1f}" y="{H - PAD + 12}" class="tick" text-anchor="middle">{v:g}</text>'
-                  for v in xticks]
+        parts += [
+            f'<text x="{sx(v):.1f}" y="{H - PAD + 12}" class="tick" text-anchor="middle">{v:g}</text>' for v in xticks
+        ]
     return "".join(parts)
 
 

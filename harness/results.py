@@ -83,8 +83,10 @@ class RunDir:
             raise UserError(f"{path} is not a run directory (no manifest.json)")
         version = run.manifest().get("schema_version")
         if version != SCHEMA_VERSION:
-            raise UserError(f"{path} holds results of schema version {version}; this spotbench reads version "
-                            f"{SCHEMA_VERSION}: run it again with this version")
+            raise UserError(
+                f"{path} holds results of schema version {version}; this spotbench reads version "
+                f"{SCHEMA_VERSION}: run it again with this version"
+            )
         return run
 
     @classmethod
@@ -94,27 +96,40 @@ class RunDir:
         if run.manifest_path.exists():
             manifest = run.manifest()
             if manifest.get("schema_version") != SCHEMA_VERSION:
-                raise UserError(f"{path} holds results of schema version {manifest.get('schema_version')}, "
-                                f"this spotbench writes version {SCHEMA_VERSION}; use a new output directory")
+                raise UserError(
+                    f"{path} holds results of schema version {manifest.get('schema_version')}, "
+                    f"this spotbench writes version {SCHEMA_VERSION}; use a new output directory"
+                )
             refused = configs.compare(manifest.get("config", {}), config).refused
             if refused:
                 raise UserError(
                     f"{path} holds a run of a different config ({configs.describe(refused)}); a run directory "
                     "only grows (more items in list settings, a larger --limit): resume with the same settings, "
-                    "extend them, or use a new output directory")
+                    "extend them, or use a new output directory"
+                )
             changed = configs.input_differences(inputs or {}, manifest.get("inputs", {}))
             if changed:
-                raise UserError(f"{path} was run with other bytes of the same inputs ({', '.join(changed)}); rows "
-                                "of both would mix: restore them or use a new output directory")
+                raise UserError(
+                    f"{path} was run with other bytes of the same inputs ({', '.join(changed)}); rows "
+                    "of both would mix: restore them or use a new output directory"
+                )
         elif run.path.exists() and (not run.path.is_dir() or any(run.path.iterdir())):
             raise UserError(f"{path} is not empty and is not a spotbench run directory; choose another")
         check_writable(run.path)
         return run
 
     @classmethod
-    def open(cls, path: str | Path, config: dict[str, Any], seeds: list[int], hardware: dict[str, Any] | None = None,
-             inputs: dict[str, Any] | None = None, command: list[str] | None = None,
-             verification: store.Verification | None = None, split_sizes: dict[str, int] | None = None) -> RunDir:
+    def open(
+        cls,
+        path: str | Path,
+        config: dict[str, Any],
+        seeds: list[int],
+        hardware: dict[str, Any] | None = None,
+        inputs: dict[str, Any] | None = None,
+        command: list[str] | None = None,
+        verification: store.Verification | None = None,
+        split_sizes: dict[str, int] | None = None,
+    ) -> RunDir:
         """Create the run directory, or resume (or extend) the run it holds: damaged sample files
         (`verification`, else verified here) move to `damaged/` so their groups are decoded again.
         `split_sizes`: the prompts in each task's split (before the limit), so that a complete run says
@@ -133,22 +148,48 @@ class RunDir:
                 stale.unlink(missing_ok=True)
             manifest = {k: v for k, v in manifest.items() if k not in ("summary_sha256", "groups", "rows")}
             previous = manifest.get("inputs", {})
-            run._write_manifest(manifest | {
-                "status": "running", "updated": _now(), "config": config, "seeds": seeds, "config_history": history,
-                "inputs": {kind: previous.get(kind, {}) | (inputs or {}).get(kind, {})
-                           for kind in ("checkpoints", "data")},
-                "split_sizes": (manifest.get("split_sizes") or {}) | (split_sizes or {}),
-                "sessions": manifest.get("sessions", []) + [session | {
-                    "resumed": True, "extended": {k: list(v) for k, v in extended.items()},
-                    "damaged": [d.line() for d in damage]}]})
+            run._write_manifest(
+                manifest
+                | {
+                    "status": "running",
+                    "updated": _now(),
+                    "config": config,
+                    "seeds": seeds,
+                    "config_history": history,
+                    "inputs": {
+                        kind: previous.get(kind, {}) | (inputs or {}).get(kind, {}) for kind in ("checkpoints", "data")
+                    },
+                    "split_sizes": (manifest.get("split_sizes") or {}) | (split_sizes or {}),
+                    "sessions": manifest.get("sessions", [])
+                    + [
+                        session
+                        | {
+                            "resumed": True,
+                            "extended": {k: list(v) for k, v in extended.items()},
+                            "damaged": [d.line() for d in damage],
+                        }
+                    ],
+                }
+            )
         else:
-            run._write_manifest({
-                "schema_version": SCHEMA_VERSION, "status": "running", "created": _now(), "updated": _now(),
-                "config": config, "config_history": [], "seeds": seeds, "command": command,
-                "git_revision": git_revision(), "packages": package_versions(), "hardware": hardware or {},
-                "inputs": {"checkpoints": {}, "data": {}} | (inputs or {}), "sessions": [session | {"resumed": False}],
-                "split_sizes": split_sizes or {},
-            })
+            run._write_manifest(
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "status": "running",
+                    "created": _now(),
+                    "updated": _now(),
+                    "config": config,
+                    "config_history": [],
+                    "seeds": seeds,
+                    "command": command,
+                    "git_revision": git_revision(),
+                    "packages": package_versions(),
+                    "hardware": hardware or {},
+                    "inputs": {"checkpoints": {}, "data": {}} | (inputs or {}),
+                    "sessions": [session | {"resumed": False}],
+                    "split_sizes": split_sizes or {},
+                }
+            )
         run.samples_dir.mkdir(exist_ok=True)
         for stale in run.path.rglob(".tmp-*"):  # left by a killed driver; never read
             stale.unlink()
@@ -190,9 +231,18 @@ class RunDir:
         if final.exists():
             return False
         digest = store.write_parquet(pa.Table.from_pylist(records, schema=ROW_SCHEMA), final)
-        store.append_index(self.path, {"file": final.name, "group": group, "label": group_label(records[0]),
-                                  "arms": [list(a) for a in arms], "rows": len(records), "sha256": digest,
-                                  "written": _now()})
+        store.append_index(
+            self.path,
+            {
+                "file": final.name,
+                "group": group,
+                "label": group_label(records[0]),
+                "arms": [list(a) for a in arms],
+                "rows": len(records),
+                "sha256": digest,
+                "written": _now(),
+            },
+        )
         return True
 
     def read_rows(self) -> pa.Table:
@@ -209,11 +259,16 @@ class RunDir:
 
         rows = self.read_rows()
         manifest = self.manifest()
-        provenance = {"schema_version": SCHEMA_VERSION, "status": "complete", "run": str(self.path),
-                      **{k: manifest.get(k) for k in ("config", "seeds", "inputs", "git_revision")}}
+        provenance = {
+            "schema_version": SCHEMA_VERSION,
+            "status": "complete",
+            "run": str(self.path),
+            **{k: manifest.get(k) for k in ("config", "seeds", "inputs", "git_revision")},
+        }
         table = summarize(rows)
-        table = table.replace_schema_metadata((table.schema.metadata or {}) | {
-            SUMMARY_METADATA: json.dumps(provenance, sort_keys=True).encode()})
+        table = table.replace_schema_metadata(
+            (table.schema.metadata or {}) | {SUMMARY_METADATA: json.dumps(provenance, sort_keys=True).encode()}
+        )
         digest = store.write_parquet(table, self.summary_path)
         groups = len({group_id(r) for r in rows.select(list(GROUP_FIELDS)).to_pylist()})
         self.update_manifest(summary_sha256=digest, groups=groups, rows=rows.num_rows)
@@ -239,23 +294,33 @@ def check_writable(path: Path) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
-        raise UserError(f"cannot create the run directory {path}: {existing} is a file, not a folder; "
-                        "choose another output directory")
+        raise UserError(
+            f"cannot create the run directory {path}: {existing} is a file, not a folder; "
+            "choose another output directory"
+        )
     try:
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as error:
-        raise UserError(f"cannot write the run directory {path}: {existing} is not writable "
-                        f"({error.strerror or error}); choose an output directory you can write") from None
+        raise UserError(
+            f"cannot write the run directory {path}: {existing} is not writable "
+            f"({error.strerror or error}); choose an output directory you can write"
+        ) from None
 
 
 def git_revision() -> str | None:
     """HEAD of the checkout spotbench runs from, `+dirty` when it has uncommitted changes."""
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True,
-                              text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return head + ("+dirty" if dirty else "")

@@ -126,8 +126,14 @@ class Row:
     worker: str
 
 
-_ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_(),
-          list[int]: pa.list_(pa.int64()), list[float]: pa.list_(pa.float64())}
+_ARROW = {
+    str: pa.string(),
+    int: pa.int64(),
+    float: pa.float64(),
+    bool: pa.bool_(),
+    list[int]: pa.list_(pa.int64()),
+    list[float]: pa.list_(pa.float64()),
+}
 
 
 def arrow_schema(row_type: type) -> pa.Schema:
@@ -160,7 +166,7 @@ def part_name(group: str, arms: list[tuple[str, int]]) -> str:
 
 def group_label(row: dict[str, Any]) -> str:
     """A group as people name it, for messages: `model/task/sample T=.. rule seed ..`."""
-    return (f"{row['model']}/{row['task']}/{row['sample_id']} T={row['temperature']:g} {row['rule']} "
-            f"seed {row['seed']} batch {row['batch_size']}")
-
-
+    return (
+        f"{row['model']}/{row['task']}/{row['sample_id']} T={row['temperature']:g} {row['rule']} "
+        f"seed {row['seed']} batch {row['batch_size']}"
+    )

@@ -118,8 +118,9 @@ def write_parquet(table: pa.Table, final: Path) -> str:
 
 def read_parquet(source: Path | bytes) -> pa.Table:
     """Read with page checksums verified (a flipped bit in a data page raises, not a wrong number)."""
-    return pq.read_table(pa.BufferReader(source) if isinstance(source, bytes) else source,
-                         page_checksum_verification=True)
+    return pq.read_table(
+        pa.BufferReader(source) if isinstance(source, bytes) else source, page_checksum_verification=True
+    )
 
 
 def append_index(directory: Path, record: dict[str, Any]) -> None:
@@ -207,8 +208,12 @@ def run_digest(directory: Path) -> str:
     summary.parquet | sha256sum`."""
     directory = Path(directory)
     samples = directory / SAMPLES_DIR
-    names = [MANIFEST_FILE, INDEX_FILE, *sorted(f"{SAMPLES_DIR}/{p.name}" for p in samples.glob("*.parquet")),
-             SUMMARY_FILE]
+    names = [
+        MANIFEST_FILE,
+        INDEX_FILE,
+        *sorted(f"{SAMPLES_DIR}/{p.name}" for p in samples.glob("*.parquet")),
+        SUMMARY_FILE,
+    ]
     listing = "".join(f"{sha256_file(directory / name)}  {name}\n" for name in names if (directory / name).is_file())
     return hashlib.sha256(listing.encode()).hexdigest()
 
@@ -223,9 +228,14 @@ def _manifest(directory: Path) -> dict[str, Any]:
 
 def _check_entry(record: dict[str, Any]) -> None:
     """An index record has the fields verify reads, of their types (ValueError/KeyError if not)."""
-    if not (isinstance(record["group"], str) and isinstance(record["label"], str) and isinstance(record["sha256"], str)
-            and isinstance(record["rows"], int) and isinstance(record["arms"], list)
-            and all(isinstance(a, list) and len(a) == 2 for a in record["arms"])):
+    if not (
+        isinstance(record["group"], str)
+        and isinstance(record["label"], str)
+        and isinstance(record["sha256"], str)
+        and isinstance(record["rows"], int)
+        and isinstance(record["arms"], list)
+        and all(isinstance(a, list) and len(a) == 2 for a in record["arms"])
+    ):
         raise ValueError("not an index record")
 
 
@@ -244,8 +254,10 @@ def _content_problem(data: bytes, schema: pa.Schema, version: int) -> tuple[str 
         missing = [n for n in schema.names if n not in table.schema.names]
         extra = [n for n in table.schema.names if n not in schema.names]
         detail = (f"missing {', '.join(missing[:4])}{'...' if len(missing) > 4 else ''}" if missing else "") + (
-            f"{'; ' if missing else ''}unexpected {', '.join(extra[:4])}{'...' if len(extra) > 4 else ''}" if extra
-            else "")
+            f"{'; ' if missing else ''}unexpected {', '.join(extra[:4])}{'...' if len(extra) > 4 else ''}"
+            if extra
+            else ""
+        )
         return f"wrong schema, not a version-{version} sample file ({detail or 'column types differ'})", table
     if found.get(b"spotbench_schema_version") != str(version).encode():
         return f"schema version {found.get(b'spotbench_schema_version', b'?').decode()}, expected {version}", table
@@ -271,8 +283,10 @@ def _misfiled(name: str, table: pa.Table, entry: dict[str, Any]) -> str | None:
         return "holds no rows"
     held = {group_id(r): group_label(r) for r in records}
     if set(held) != {entry["group"]}:
-        return (f"holds rows of {', '.join(sorted(held.values()))}, not of the group it is indexed under "
-                "(a file of another group in its place)")
+        return (
+            f"holds rows of {', '.join(sorted(held.values()))}, not of the group it is indexed under "
+            "(a file of another group in its place)"
+        )
     arms = sorted((r["proposer"], r["budget"]) for r in records)
     listed = sorted((p, b) for p, b in entry["arms"])
     if arms != listed or table.num_rows != entry["rows"]:
@@ -282,10 +296,20 @@ def _misfiled(name: str, table: pa.Table, entry: dict[str, Any]) -> str | None:
     return None
 
 
-SETTINGS = {"model": "models", "proposer": "proposers", "task": "tasks", "temperature": "temperatures",
-            "rule": "rules", "budget": "budgets", "seed": "seeds", "batch_size": "batch_sizes",
-            "gen_length": "gen_length", "block_length": "block_length", "exact_mode": "exact",
-            "ar_sampling": "ar_sampling"}
+SETTINGS = {
+    "model": "models",
+    "proposer": "proposers",
+    "task": "tasks",
+    "temperature": "temperatures",
+    "rule": "rules",
+    "budget": "budgets",
+    "seed": "seeds",
+    "batch_size": "batch_sizes",
+    "gen_length": "gen_length",
+    "block_length": "block_length",
+    "exact_mode": "exact",
+    "ar_sampling": "ar_sampling",
+}
 """Row column -> the config setting it must be one of (a list setting) or equal to (a scalar)."""
 
 
@@ -301,8 +325,10 @@ def _outside_config(table: pa.Table, config: dict[str, Any]) -> str | None:
             allowed = [*allowed, AR_RULE]
         outside = sorted(set(table.column(column).to_pylist()) - set(allowed), key=repr)
         if outside:
-            return (f"rows of {column} {outside[0]!r}, which the run's config does not name ({setting} "
-                    f"{config[setting]!r} in {MANIFEST_FILE})")
+            return (
+                f"rows of {column} {outside[0]!r}, which the run's config does not name ({setting} "
+                f"{config[setting]!r} in {MANIFEST_FILE})"
+            )
     return None
 
 
@@ -313,8 +339,11 @@ def _check_overlaps(result: Verification) -> None:
         entry = result.entries[name]
         clash = next((seen[(entry["group"], p, b)] for p, b in entry["arms"] if (entry["group"], p, b) in seen), None)
         if clash:
-            result.damage.append(Damage(f"{SAMPLES_DIR}/{name}",
-                                        f"duplicated rows: repeats arms of {SAMPLES_DIR}/{clash}", entry["label"]))
+            result.damage.append(
+                Damage(
+                    f"{SAMPLES_DIR}/{name}", f"duplicated rows: repeats arms of {SAMPLES_DIR}/{clash}", entry["label"]
+                )
+            )
             del result.parts[name]
             continue
         seen.update({(entry["group"], p, b): name for p, b in entry["arms"]})
@@ -333,16 +362,24 @@ def _limit_problems(config: dict[str, Any], result: Verification) -> list[Damage
     limit = config.get("limit")
     if not isinstance(limit, int):
         return []
-    return [Damage(MANIFEST_FILE, f"config says limit {limit}, and the rows hold {len(ids)} prompts of {model}/{task}")
-            for (model, task), ids in sorted(_prompts(result).items()) if len(ids) > limit]
+    return [
+        Damage(MANIFEST_FILE, f"config says limit {limit}, and the rows hold {len(ids)} prompts of {model}/{task}")
+        for (model, task), ids in sorted(_prompts(result).items())
+        if len(ids) > limit
+    ]
 
 
 def _complete_run_problems(directory: Path, manifest: dict[str, Any], result: Verification) -> list[Damage]:
     """A complete run also vouches for its size, its coverage of the config and its summary."""
     absent = [key for key in ("summary_sha256", "groups", "rows", "split_sizes") if manifest.get(key) is None]
     if absent:
-        return [Damage(MANIFEST_FILE, f"a complete run's manifest without {', '.join(absent)} (removed after the "
-                                      "run completed); run the run's command again to recompute the summary")]
+        return [
+            Damage(
+                MANIFEST_FILE,
+                f"a complete run's manifest without {', '.join(absent)} (removed after the "
+                "run completed); run the run's command again to recompute the summary",
+            )
+        ]
     damage = []
     found = len({entry["group"] for entry in result.entries.values()})
     if found != manifest["groups"]:
@@ -350,8 +387,14 @@ def _complete_run_problems(directory: Path, manifest: dict[str, Any], result: Ve
         damage.append(Damage(INDEX_FILE, f"lists {found} groups, the complete run wrote {manifest['groups']} ({how})"))
     summary = directory / SUMMARY_FILE
     if not summary.exists() or sha256_file(summary) != manifest["summary_sha256"]:
-        damage.append(Damage(SUMMARY_FILE, "missing" if not summary.exists()
-                             else "changed since the run completed (sha256 differs from the manifest)"))
+        damage.append(
+            Damage(
+                SUMMARY_FILE,
+                "missing"
+                if not summary.exists()
+                else "changed since the run completed (sha256 differs from the manifest)",
+            )
+        )
     if damage or result.damage:  # the checks below read the rows as a whole: only when each file is sound
         return damage
     rows = result.rows(ROW_SCHEMA)
@@ -371,8 +414,13 @@ def _coverage_problems(manifest: dict[str, Any], result: Verification, rows: pa.
             planned = min(config.get("limit", 0), sizes[task])
             held = len(prompts.get((model, task), ()))
             if held != planned:
-                return [Damage(INDEX_FILE, f"{model}/{task} has {held} prompts, the config plans {planned} (limit "
-                                           f"{config.get('limit')}, split size {sizes[task]})")]
+                return [
+                    Damage(
+                        INDEX_FILE,
+                        f"{model}/{task} has {held} prompts, the config plans {planned} (limit "
+                        f"{config.get('limit')}, split size {sizes[task]})",
+                    )
+                ]
     arms = {(p, AUTO if b == "auto" else b) for p in config.get("proposers", []) for b in config.get("budgets", [])}
     done: dict[tuple, set[tuple[str, int]]] = defaultdict(set)
     rules: dict[str, set[str]] = defaultdict(set)
@@ -390,8 +438,9 @@ def _coverage_problems(manifest: dict[str, Any], result: Verification, rows: pa.
                         if missing:
                             label = group_label(dict(zip(GROUP_FIELDS, key)))
                             lacked = "every arm" if missing == arms else "arms " + _arms(sorted(missing))
-                            return [Damage(INDEX_FILE, f"group {label} lacks {lacked} "
-                                                       "of the config the manifest records")]
+                            return [
+                                Damage(INDEX_FILE, f"group {label} lacks {lacked} of the config the manifest records")
+                            ]
     return []
 
 
@@ -403,12 +452,17 @@ def _summary_problems(summary: Path, manifest: dict[str, Any], rows: pa.Table) -
     recorded = json.loads((table.schema.metadata or {}).get(SUMMARY_METADATA, b"{}"))
     for key in ("config", "seeds", "inputs"):
         if recorded.get(key) != manifest.get(key):
-            return [Damage(SUMMARY_FILE,
-                           f"its metadata's {key} differs from {MANIFEST_FILE}'s (one of them was edited)")]
+            return [
+                Damage(SUMMARY_FILE, f"its metadata's {key} differs from {MANIFEST_FILE}'s (one of them was edited)")
+            ]
     expected = summarize(rows)
     if table.schema.names != expected.schema.names or table.num_rows != expected.num_rows:
-        return [Damage(SUMMARY_FILE, f"has {table.num_rows} arms and other columns than the {expected.num_rows} arms "
-                                     "its rows give")]
+        return [
+            Damage(
+                SUMMARY_FILE,
+                f"has {table.num_rows} arms and other columns than the {expected.num_rows} arms its rows give",
+            )
+        ]
     found = {tuple(r[k] for k in SUMMARY_KEY): r for r in table.to_pylist()}
     for want in expected.to_pylist():
         arm = tuple(want[k] for k in SUMMARY_KEY)
@@ -417,8 +471,13 @@ def _summary_problems(summary: Path, manifest: dict[str, Any], rows: pa.Table) -
             return [Damage(SUMMARY_FILE, f"has no arm {_arm_text(want)}, which its rows give")]
         for column, value in want.items():
             if not _same(have[column], value):
-                return [Damage(SUMMARY_FILE, f"{_arm_text(want)} {column} is {have[column]!r}, its rows give {value!r} "
-                                             "(the summary does not summarize these rows)")]
+                return [
+                    Damage(
+                        SUMMARY_FILE,
+                        f"{_arm_text(want)} {column} is {have[column]!r}, its rows give {value!r} "
+                        "(the summary does not summarize these rows)",
+                    )
+                ]
     return []
 
 
@@ -431,8 +490,10 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def _arm_text(row: dict[str, Any]) -> str:
-    return (f"{row['model']}/{row['task']} T={row['temperature']:g} {row['rule']} "
-            f"{row['proposer']}@{'auto' if row['budget'] == AUTO else row['budget']}")
+    return (
+        f"{row['model']}/{row['task']} T={row['temperature']:g} {row['rule']} "
+        f"{row['proposer']}@{'auto' if row['budget'] == AUTO else row['budget']}"
+    )
 
 
 def _arms(arms: list[tuple[str, int]]) -> str:
@@ -457,13 +518,17 @@ def quarantine(directory: Path, damage: list[Damage]) -> None:
             del entries[name]
     if index_damage:
         temp = directory / f".tmp-{INDEX_FILE}"
-        temp.write_text("".join(json.dumps(e, sort_keys=True, separators=(",", ":")) + "\n"
-                                for e in entries.values()), encoding="utf-8")
+        temp.write_text(
+            "".join(json.dumps(e, sort_keys=True, separators=(",", ":")) + "\n" for e in entries.values()),
+            encoding="utf-8",
+        )
         os.replace(temp, directory / INDEX_FILE)
 
 
 def damage_message(directory: Path, damage: list[Damage]) -> str:
     """One line for commands that refuse a damaged run (report, gate)."""
     more = f" and {len(damage) - 1} more" if len(damage) > 1 else ""
-    return (f"{directory} is damaged: {damage[0].line()}{more}; `spotbench verify {directory}` lists every "
-            "problem, and re-running the run's command recomputes damaged groups")
+    return (
+        f"{directory} is damaged: {damage[0].line()}{more}; `spotbench verify {directory}` lists every "
+        "problem, and re-running the run's command recomputes damaged groups"
+    )

@@ -110,33 +110,53 @@ def summarize(rows: pa.Table) -> pa.Table:
     out = []
     for cell_key, arms in sorted(cells.items()):
         draws = _joint_draws(arms)
-        speedups = {arm: _ratio(members, "plain_target_forwards", "spec_target_forwards")
-                    for arm, members in arms.items()}
+        speedups = {
+            arm: _ratio(members, "plain_target_forwards", "spec_target_forwards") for arm, members in arms.items()
+        }
         kinds = {arm: members[0]["proposer_kind"] for arm, members in arms.items()}
         baselines = [arm for arm in arms if kinds[arm] == "baseline"]
         best = max(baselines, key=speedups.__getitem__) if baselines else None
         oracle = next((arm for arm in arms if kinds[arm] == "oracle"), None)
         for arm, members in sorted(arms.items()):
             versus = kinds[arm] == "learned" and best is not None
-            out.append(_arm_summary(dict(zip(CELL_KEY, cell_key)) | {"proposer": arm}, members) | {
-                "speedup_nfe_ci95": list(interval(draws[arm])),
-                "best_baseline": best if versus else None,
-                "vs_best_baseline": speedups[arm] / speedups[best] if versus and best is not None else None,
-                "vs_best_baseline_ci95":
-                    list(interval(versus_best(draws[arm], [draws[b] for b in baselines]))) if versus else None,
-                "oracle_fraction": speedups[arm] / speedups[oracle] if oracle else None,
-            })
+            out.append(
+                _arm_summary(dict(zip(CELL_KEY, cell_key)) | {"proposer": arm}, members)
+                | {
+                    "speedup_nfe_ci95": list(interval(draws[arm])),
+                    "best_baseline": best if versus else None,
+                    "vs_best_baseline": speedups[arm] / speedups[best] if versus and best is not None else None,
+                    "vs_best_baseline_ci95": list(interval(versus_best(draws[arm], [draws[b] for b in baselines])))
+                    if versus
+                    else None,
+                    "oracle_fraction": speedups[arm] / speedups[oracle] if oracle else None,
+                }
+            )
     table = pa.Table.from_pylist(out, schema=SUMMARY_SCHEMA)
     return table.sort_by([(k, "ascending") for k in SUMMARY_KEY])
 
 
 def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(members)
-    total = {f: sum(r[f] for r in members) for f in (
-        "plain_nfe", "spec_nfe", "plain_wall_s", "spec_wall_s", "spec_proposer_s", "spec_commits",
-        "plain_target_s", "spec_target_s",
-        "plain_target_forwards", "spec_target_forwards",
-        "plain_tokens", "spec_tokens", "stops_leaf", "stops_position", "stops_token")}
+    total = {
+        f: sum(r[f] for r in members)
+        for f in (
+            "plain_nfe",
+            "spec_nfe",
+            "plain_wall_s",
+            "spec_wall_s",
+            "spec_proposer_s",
+            "spec_commits",
+            "plain_target_s",
+            "spec_target_s",
+            "plain_target_forwards",
+            "spec_target_forwards",
+            "plain_tokens",
+            "spec_tokens",
+            "stops_leaf",
+            "stops_position",
+            "stops_token",
+        )
+    }
     stale = [r["stale_hit_rate"] for r in members if r["stale_hit_rate"] is not None]
     predicted = [r["predicted_speedup_wall"] for r in members if r["predicted_speedup_wall"] is not None]
     scored = [r for r in members if r["correct"] is not None]
@@ -144,10 +164,13 @@ def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str
     wall = total["spec_wall_s"]
     checked = [r["exact"] for r in members if r["exact"] is not None]
     depths = max(len(r["accepted_per_depth"]) for r in members)
-    accepted = [sum(r["accepted_per_depth"][d] for r in members if d < len(r["accepted_per_depth"]))
-                for d in range(depths)]
+    accepted = [
+        sum(r["accepted_per_depth"][d] for r in members if d < len(r["accepted_per_depth"])) for d in range(depths)
+    ]
     return key | {
-        "proposer_kind": members[0]["proposer_kind"], "trained_on": members[0]["trained_on"], "n": n,
+        "proposer_kind": members[0]["proposer_kind"],
+        "trained_on": members[0]["trained_on"],
+        "n": n,
         "chosen_budgets": sorted({r["chosen_budget"] for r in members}),
         "predicted_speedup_wall": statistics.mean(predicted) if predicted else None,
         "ar_sampling": members[0]["ar_sampling"],
@@ -170,8 +193,7 @@ def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str
         "spec_prompts_per_s": n / wall if wall else None,
         "proposer_share": total["spec_proposer_s"] / wall if wall else None,
         "target_share": total["spec_target_s"] / wall if wall else None,
-        "plain_engine_share":
-            1 - total["plain_target_s"] / total["plain_wall_s"] if total["plain_wall_s"] else None,
+        "plain_engine_share": 1 - total["plain_target_s"] / total["plain_wall_s"] if total["plain_wall_s"] else None,
         "plain_latency_s": percentiles([r["plain_wall_s"] for r in members]),
         "spec_latency_s": percentiles([r["spec_wall_s"] for r in members]),
         "stale_hit_rate": sum(stale) / len(stale) if stale else None,
@@ -197,8 +219,7 @@ def _joint_draws(arms: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         return {arm: _joint_draws({arm: members})[arm] for arm, members in arms.items()}
     prompts = prompt_sets.pop()
     plain_nfe = [next(iter(sums.values()))[p][0] for p in prompts]
-    return resampled_speedups(plain_nfe,
-                              {arm: [per_prompt[p][1] for p in prompts] for arm, per_prompt in sums.items()})
+    return resampled_speedups(plain_nfe, {arm: [per_prompt[p][1] for p in prompts] for arm, per_prompt in sums.items()})
 
 
 LATENCY_PERCENTILES = (50, 90, 99)

@@ -92,6 +92,7 @@ def options_of(cls: type, exclude: tuple[str, ...] = ()) -> Any:
 
 def options_check(cls: type, exclude: tuple[str, ...] = ()) -> AfterValidator:
     """The validator of `options_of(cls, exclude)`."""
+
     def check(options: dict) -> dict:
         known = [f.name for f in dataclasses.fields(cls) if f.name not in exclude]
         unknown = sorted(set(options) - set(known))
@@ -159,16 +160,19 @@ def strict(kind: Any, base: type) -> Any:
     and nothing rounded, so a seed 1.5, True or "3" is refused where it is given rather than read as 1
     or failing later. `base` int takes any integer (`operator.index`: numpy and torch integers too),
     float any real number; then `kind` checks the value as it checks a flag's."""
+
     def check(value: Any) -> Any:
         if not isinstance(value, (bool, str, bytes)):
             try:
-                return _adapter(kind).validate_python(operator.index(value) if base is int else value
-                                                      if isinstance(value, numbers.Real) else None)
+                return _adapter(kind).validate_python(
+                    operator.index(value) if base is int else value if isinstance(value, numbers.Real) else None
+                )
             except TypeError:  # not an integer
                 pass
         name = "an int" if base is int else "a number"
-        raise PydanticCustomError("invalid", "must be {what} (not {kind})",
-                                  {"what": name, "kind": type(value).__name__})
+        raise PydanticCustomError(
+            "invalid", "must be {what} (not {kind})", {"what": name, "kind": type(value).__name__}
+        )
 
     return Annotated[base, PlainValidator(check)]
 
@@ -237,10 +241,16 @@ def message(error: ValidationError, where: Callable[[str], str]) -> str:
 
 PROBLEMS = {
     "too_short": "must list at least one value",
-    "int_type": "must be a whole number", "int_parsing": "must be a whole number",
-    "float_type": "must be a number", "float_parsing": "must be a number",
-    "string_type": "must be text", "bool_type": "must be true or false", "bool_parsing": "must be true or false",
-    "dict_type": "must be a mapping", "list_type": "must be a list", "tuple_type": "must be a list",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "string_type": "must be text",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "dict_type": "must be a mapping",
+    "list_type": "must be a list",
+    "tuple_type": "must be a list",
 }
 """Pydantic's own failures (plain annotations, containers), worded like the types above."""
 

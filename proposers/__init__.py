@@ -11,5 +11,15 @@ downward (`proposers -> harness`).
 from harness.decoding.tree import DraftNode, DraftRequest, DraftTree, Proposer
 from proposers.registry import PROPOSERS, arms, build_proposer, check_arm_for_model, check_proposer, check_sampling
 
-__all__ = ["PROPOSERS", "DraftNode", "DraftRequest", "DraftTree", "Proposer", "arms", "build_proposer",
-           "check_arm_for_model", "check_proposer", "check_sampling"]
+__all__ = [
+    "PROPOSERS",
+    "DraftNode",
+    "DraftRequest",
+    "DraftTree",
+    "Proposer",
+    "arms",
+    "build_proposer",
+    "check_arm_for_model",
+    "check_proposer",
+    "check_sampling",
+]

@@ -84,11 +84,15 @@ def check_spiffy_fits(argument: str | None, model: str, block_length: int) -> No
     provenance = spiffy_calibration(argument).provenance
     name = f"spiffy:{argument}" if argument else "spiffy"
     if model_identity(provenance["target"]) != model_identity(model):
-        raise UserError(f"{name} was calibrated for model {provenance['target']!r}, not {model!r}; calibrate one "
-                        f"with spotbench calibrate-spiffy --model {model}")
+        raise UserError(
+            f"{name} was calibrated for model {provenance['target']!r}, not {model!r}; calibrate one "
+            f"with spotbench calibrate-spiffy --model {model}"
+        )
     if provenance["block_length"] != block_length:
-        raise UserError(f"{name} was calibrated at block length {provenance['block_length']}, not {block_length}; "
-                        f"calibrate one with spotbench calibrate-spiffy --block-length {block_length}")
+        raise UserError(
+            f"{name} was calibrated at block length {provenance['block_length']}, not {block_length}; "
+            f"calibrate one with spotbench calibrate-spiffy --block-length {block_length}"
+        )
 
 
 def spot_sets_trained_on(argument: str | None) -> str | None:
@@ -99,9 +103,11 @@ def check_spot_sets_fits(argument: str | None, model: str, block_length: int) ->
     """A calibrated folder is for the model it was calibrated on; an uncalibrated one runs anywhere."""
     calibration = spot_sets.read_calibration(spot_sets_folder(argument))
     if calibration is not None and model_identity(calibration["provenance"]["target"]) != model_identity(model):
-        raise UserError(f"{spec_name('spot-sets', argument)} was calibrated for model "
-                        f"{calibration['provenance']['target']!r}, not {model!r}; calibrate one with spotbench "
-                        f"calibrate {spec_name('spot-sets', argument)} --model {model} --out DIR")
+        raise UserError(
+            f"{spec_name('spot-sets', argument)} was calibrated for model "
+            f"{calibration['provenance']['target']!r}, not {model!r}; calibrate one with spotbench "
+            f"calibrate {spec_name('spot-sets', argument)} --model {model} --out DIR"
+        )
 
 
 def check_spot_sets_rule(argument: str | None, rule: str) -> None:
@@ -112,11 +118,15 @@ def check_spot_sets_rule(argument: str | None, rule: str) -> None:
     fitted = (calibration or spot_sets.read_meta(folder))["provenance"]
     name, how = spec_name("spot-sets", argument), "calibrated" if calibration else "trained"
     if spot_sets.threshold_tau(rule) is None:
-        raise UserError(f"{name} drafts the sets of threshold decoding and was {how} for {fitted['rule']}; rule "
-                        f"{rule!r} commits one position per step: use spot there, or the rule {fitted['rule']}")
+        raise UserError(
+            f"{name} drafts the sets of threshold decoding and was {how} for {fitted['rule']}; rule "
+            f"{rule!r} commits one position per step: use spot there, or the rule {fitted['rule']}"
+        )
     if spot_sets.threshold_tau(rule) != fitted["tau"]:
-        raise UserError(f"{name} was {how} for {fitted['rule']}, not {rule}; use the rule {fitted['rule']}, or "
-                        f"calibrate it for that tau: spotbench calibrate {name} --model M --rule {rule} --out DIR")
+        raise UserError(
+            f"{name} was {how} for {fitted['rule']}, not {rule}; use the rule {fitted['rule']}, or "
+            f"calibrate it for that tau: spotbench calibrate {name} --model M --rule {rule} --out DIR"
+        )
 
 
 def spec_name(name: str, argument: str | None) -> str:
@@ -151,26 +161,56 @@ def _check_draft_fits(arg: str | None, model: str) -> None:
 
 
 PROPOSERS: dict[str, Family] = {
-    "oracle": Family("oracle", lambda arg, target, plain: AROracleProposer(plain.tokens.tolist())
-                     if isinstance(target, ARTarget) else OracleProposer(plain.steps), targets=("dlm", "ar")),
+    "oracle": Family(
+        "oracle",
+        lambda arg, target, plain: (
+            AROracleProposer(plain.tokens.tolist()) if isinstance(target, ARTarget) else OracleProposer(plain.steps)
+        ),
+        targets=("dlm", "ar"),
+    ),
     "oracle-order": Family("ceiling", lambda arg, target, plain: OracleProposer(plain.steps, stale_tokens=True)),
     "confidence": Family("baseline", lambda arg, target, plain: ConfidenceProposer()),
     "confidence-branch": Family("baseline", lambda arg, target, plain: ConfidenceProposer(branch=True)),
-    "spiffy": Family("baseline", lambda arg, target, plain: SpiffyProposer(spiffy_calibration(arg)),
-                     spiffy_calibrated_on, check_spiffy_fits),
+    "spiffy": Family(
+        "baseline",
+        lambda arg, target, plain: SpiffyProposer(spiffy_calibration(arg)),
+        spiffy_calibrated_on,
+        check_spiffy_fits,
+    ),
     "prompt-lookup": Family("baseline", lambda arg, target, plain: PromptLookupProposer(), targets=("ar",)),
-    "draft-model": Family("baseline", lambda arg, target, plain: _draft_model(arg, target),
-                          lambda arg: check_draft_name(arg), lambda arg, model, _: _check_draft_fits(arg, model),
-                          targets=("ar",), distributions=True),
-    "spot": Family("learned", lambda arg, target, plain: SpotProposer(spot_net(spot_folder(arg), device_of(target))),
-                   spot_trained_on),
-    "spot-sets": Family("learned", lambda arg, target, plain: SpotSetsProposer(
-        spot_sets_net(spot_sets_folder(arg), device_of(target)), spot_sets.load_calibration(spot_sets_folder(arg))),
-        spot_sets_trained_on, check_spot_sets_fits, check_for_rule=check_spot_sets_rule),
-    **{name: Family("learned", functools.partial(lambda name, arg, target, plain: psi.build_psi(name, arg, target),
-                                                 name), functools.partial(psi.psi_trained_on, name),
-                    functools.partial(lambda name, arg, model, _: psi.check_psi_fits(name, arg, model), name),
-                    targets=("ar",), distributions=name == "psi-linear") for name in psi.OPTIONS},
+    "draft-model": Family(
+        "baseline",
+        lambda arg, target, plain: _draft_model(arg, target),
+        lambda arg: check_draft_name(arg),
+        lambda arg, model, _: _check_draft_fits(arg, model),
+        targets=("ar",),
+        distributions=True,
+    ),
+    "spot": Family(
+        "learned",
+        lambda arg, target, plain: SpotProposer(spot_net(spot_folder(arg), device_of(target))),
+        spot_trained_on,
+    ),
+    "spot-sets": Family(
+        "learned",
+        lambda arg, target, plain: SpotSetsProposer(
+            spot_sets_net(spot_sets_folder(arg), device_of(target)), spot_sets.load_calibration(spot_sets_folder(arg))
+        ),
+        spot_sets_trained_on,
+        check_spot_sets_fits,
+        check_for_rule=check_spot_sets_rule,
+    ),
+    **{
+        name: Family(
+            "learned",
+            functools.partial(lambda name, arg, target, plain: psi.build_psi(name, arg, target), name),
+            functools.partial(psi.psi_trained_on, name),
+            functools.partial(lambda name, arg, model, _: psi.check_psi_fits(name, arg, model), name),
+            targets=("ar",),
+            distributions=name == "psi-linear",
+        )
+        for name in psi.OPTIONS
+    },
 }
 
 
@@ -178,8 +218,10 @@ def parse_proposer(spec: str) -> tuple[Family, str | None]:
     name, sep, argument = spec.partition(":")
     family = PROPOSERS.get(name)
     if family is None:
-        raise UserError(f"unknown proposer {spec!r}; choose one of: {', '.join(PROPOSERS)} "
-                        "(spot:PATH for a checkpoint, spiffy:DIR for a calibration)")
+        raise UserError(
+            f"unknown proposer {spec!r}; choose one of: {', '.join(PROPOSERS)} "
+            "(spot:PATH for a checkpoint, spiffy:DIR for a calibration)"
+        )
     if sep and family.check is None:
         raise UserError(f"proposer {name!r} takes no argument; drop ':{argument}'")
     if sep and not argument:
@@ -200,8 +242,10 @@ def check_arm_for_model(spec: str, model: str, block_length: int, rules: Sequenc
     family, argument = parse_proposer(spec)
     kind = target_kind(model)
     if kind not in family.targets:
-        raise UserError(f"proposer {spec!r} drafts for {' and '.join(KIND_NAMES[k] for k in family.targets)} targets, "
-                        f"but model {model!r} is {KIND_NAMES[kind]}; its proposers: {', '.join(proposers_for(kind))}")
+        raise UserError(
+            f"proposer {spec!r} drafts for {' and '.join(KIND_NAMES[k] for k in family.targets)} targets, "
+            f"but model {model!r} is {KIND_NAMES[kind]}; its proposers: {', '.join(proposers_for(kind))}"
+        )
     if family.check_for_model:
         family.check_for_model(argument, model, block_length)
     check_rule = family.check_for_rule
@@ -217,12 +261,16 @@ def check_sampling(spec: str, model: str, sampling: str) -> None:
         return
     family, _ = parse_proposer(spec)
     if target_kind(model) != "ar":
-        raise UserError(f"--ar-sampling {sampling} is for autoregressive targets; model {model!r} is a diffusion "
-                        "target (its arms are always coupled): run it with --ar-sampling coupled")
+        raise UserError(
+            f"--ar-sampling {sampling} is for autoregressive targets; model {model!r} is a diffusion "
+            "target (its arms are always coupled): run it with --ar-sampling coupled"
+        )
     if not family.distributions:
         givers = [name for name, f in PROPOSERS.items() if f.distributions]
-        raise UserError(f"--ar-sampling {sampling} needs the draft distributions q, which proposer {spec!r} does not "
-                        f"give; use {', '.join(givers)}, or --ar-sampling coupled")
+        raise UserError(
+            f"--ar-sampling {sampling} needs the draft distributions q, which proposer {spec!r} does not "
+            f"give; use {', '.join(givers)}, or --ar-sampling coupled"
+        )
 
 
 KIND_NAMES = {"dlm": "diffusion (DLM)", "ar": "autoregressive"}
@@ -237,8 +285,11 @@ def arms(specs: list[str] | tuple[str, ...], budgets: list[int | str] | tuple[in
     """Every (proposer, budget) arm, proposer-major, with each proposer's kind and training target;
     budget `auto` is `AUTO` until a worker chooses it (`cluster.evaluate`)."""
     resolved = [check_proposer(spec) for spec in specs]
-    return [Arm(arm.proposer, AUTO if budget == "auto" else cast(int, budget), arm.kind, arm.trained_on)
-            for arm in resolved for budget in budgets]
+    return [
+        Arm(arm.proposer, AUTO if budget == "auto" else cast(int, budget), arm.kind, arm.trained_on)
+        for arm in resolved
+        for budget in budgets
+    ]
 
 
 def build_proposer(spec: str, target: DLMTarget | ARTarget, plain: Generation) -> Proposer | ARProposer:
@@ -259,8 +310,10 @@ def spot_folder(argument: str | None) -> Path:
     """The checkpoint folder `spot:argument` names."""
     folder = zoo_folder(argument, DEFAULT_CHECKPOINT)
     if not (folder / CONFIG_FILE).is_file():
-        raise UserError(f"no SPOT checkpoint in {folder} (expected {CONFIG_FILE}); give spot:PATH of a folder "
-                        "written by spotbench train-proposer")
+        raise UserError(
+            f"no SPOT checkpoint in {folder} (expected {CONFIG_FILE}); give spot:PATH of a folder "
+            "written by spotbench train-proposer"
+        )
     return folder.resolve()
 
 
@@ -268,8 +321,10 @@ def spot_sets_folder(argument: str | None) -> Path:
     """The checkpoint folder `spot-sets:argument` names."""
     folder = zoo_folder(argument, spot_sets.DEFAULT_CHECKPOINT)
     if not (folder / spot_sets.CONFIG_FILE).is_file():
-        raise UserError(f"no SPOT-Sets checkpoint in {folder} (expected {spot_sets.CONFIG_FILE}); give "
-                        "spot-sets:PATH of a folder written by spotbench train-proposer or spotbench calibrate")
+        raise UserError(
+            f"no SPOT-Sets checkpoint in {folder} (expected {spot_sets.CONFIG_FILE}); give "
+            "spot-sets:PATH of a folder written by spotbench train-proposer or spotbench calibrate"
+        )
     return folder.resolve()
 
 
@@ -277,8 +332,10 @@ def spiffy_calibration(argument: str | None) -> SpiffyCalibration:
     """The calibration `spiffy:argument` names, read once per process."""
     folder = zoo_folder(argument, DEFAULT_GRAPH)
     if not (folder / GRAPH_FILE).is_file():
-        raise UserError(f"no Spiffy graph in {folder} (expected {GRAPH_FILE}); give spiffy:DIR of a folder "
-                        "written by spotbench calibrate-spiffy")
+        raise UserError(
+            f"no Spiffy graph in {folder} (expected {GRAPH_FILE}); give spiffy:DIR of a folder "
+            "written by spotbench calibrate-spiffy"
+        )
     try:
         return load_calibration(folder.resolve())
     except (ValueError, KeyError, TypeError) as error:

@@ -35,16 +35,33 @@ from lm_eval.api.registry import register_model
 from harness.errors import UserError
 
 NAME = "spotbench"
-SETTINGS = {"model": "models", "proposer": "proposers", "budget": "budgets", "rule": "rules",
-            "temperature": "temperatures", "seed": "seeds", "gen_length": "gen_length",
-            "block_length": "block_length", "mask_id": "mask_id", "eos_id": "eos_id"}
+SETTINGS = {
+    "model": "models",
+    "proposer": "proposers",
+    "budget": "budgets",
+    "rule": "rules",
+    "temperature": "temperatures",
+    "seed": "seeds",
+    "gen_length": "gen_length",
+    "block_length": "block_length",
+    "mask_id": "mask_id",
+    "eos_id": "eos_id",
+}
 """model_args key -> the suite setting that validates it (as a flag of `spotbench decode` is)."""
 EXECUTION = ("exact", "dtype", "device")
 """`device` is lm-eval's `--device` (it passes one to every model, `cuda:0` by default)."""
 IGNORED = ("batch_size", "max_batch_size")
 """lm-eval passes these to every model; spotbench decodes one prompt at a time."""
-DEFAULTS = {"model": "sdar-a", "proposer": "confidence", "budget": "8", "rule": "top1", "temperature": "0",
-            "seed": "0", "gen_length": "64", "block_length": "32"}
+DEFAULTS = {
+    "model": "sdar-a",
+    "proposer": "confidence",
+    "budget": "8",
+    "rule": "top1",
+    "temperature": "0",
+    "seed": "0",
+    "gen_length": "64",
+    "block_length": "32",
+}
 log = logging.getLogger(__name__)
 
 
@@ -73,18 +90,25 @@ class SpotbenchLM(LM):
         settings = DEFAULTS | given
         try:
             names = {SETTINGS[k]: f"model_args {k}" for k in SETTINGS}
-            suite = build_suite({}, {SETTINGS[k]: [v] if SETTINGS[k].endswith("s") else v for k, v in settings.items()},
-                                names)
+            suite = build_suite(
+                {}, {SETTINGS[k]: [v] if SETTINGS[k].endswith("s") else v for k, v in settings.items()}, names
+            )
             check_targets(suite, names)  # the ids named by their keys, before the weights load
             self.exact = str(model_args.get("exact", False)).lower() in ("true", "1")
-            target = load_target(settings["model"], device=_device(model_args.get("device")),
-                                 dtype=str(model_args.get("dtype") or "auto"), mask_id=suite.mask_id,
-                                 eos_id=suite.eos_id)
+            target = load_target(
+                settings["model"],
+                device=_device(model_args.get("device")),
+                dtype=str(model_args.get("dtype") or "auto"),
+                mask_id=suite.mask_id,
+                eos_id=suite.eos_id,
+            )
         except UserError as error:  # lm-eval prints a model's constructor error as it comes
             raise ModelArgsError(f"spotbench model_args: {error}") from None
         if target.tokenizer is None:
-            raise ModelArgsError(f"spotbench model_args: target {settings['model']!r} has no tokenizer, "
-                             "and lm-eval tasks give text prompts; use a checkpoint with tokenizer files")
+            raise ModelArgsError(
+                f"spotbench model_args: target {settings['model']!r} has no tokenizer, "
+                "and lm-eval tasks give text prompts; use a checkpoint with tokenizer files"
+            )
         self.target = target.exact() if self.exact else target
         self.suite = suite
         [self.arm] = arms(suite.proposers, suite.budgets)
@@ -102,8 +126,9 @@ class SpotbenchLM(LM):
         return getattr(self.target.tokenizer, "chat_template", None) or ""
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        return self.target.tokenizer.apply_chat_template(chat_history, tokenize=False,
-                                                         add_generation_prompt=add_generation_prompt)
+        return self.target.tokenizer.apply_chat_template(
+            chat_history, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         from harness.pipeline import Group, evaluate_group
@@ -114,14 +139,29 @@ class SpotbenchLM(LM):
         for request in requests:
             context, gen_kwargs = request.args
             ids = tuple(self.target.tokenizer.encode(context, add_special_tokens=False))
-            group = Group(self.settings["model"], request.task_name or "lm-eval", str(request.doc_id), ids,
-                          self.temperature, self.rule, self.seed, self.suite.gen_length, self.suite.block_length,
-                          context)
+            group = Group(
+                self.settings["model"],
+                request.task_name or "lm-eval",
+                str(request.doc_id),
+                ids,
+                self.temperature,
+                self.rule,
+                self.seed,
+                self.suite.gen_length,
+                self.suite.block_length,
+                context,
+            )
             [row] = evaluate_group(self.target, group, [self.arm], build_proposer, None, self.exact, self.tolerance)
             until = tuple(s for s in (gen_kwargs or {}).get("until", ()) if s)
-            record = {"verdict": row.verdict, "exact": row.exact, "plain_nfe": row.plain_nfe,
-                      "spec_nfe": row.spec_nfe, "speedup_nfe": row.speedup_nfe,
-                      "mean_accept_len": row.mean_accept_len, "divergence_step": row.divergence_step}
+            record = {
+                "verdict": row.verdict,
+                "exact": row.exact,
+                "plain_nfe": row.plain_nfe,
+                "spec_nfe": row.spec_nfe,
+                "speedup_nfe": row.speedup_nfe,
+                "mean_accept_len": row.mean_accept_len,
+                "divergence_step": row.divergence_step,
+            }
             request.arguments = (context, {**(gen_kwargs or {}), NAME: record})  # logged with the sample
             self.verdicts[row.verdict] += 1
             self.totals.update(plain_nfe=row.plain_nfe, spec_nfe=row.spec_nfe, samples=1, exact=int(bool(row.exact)))
@@ -132,18 +172,31 @@ class SpotbenchLM(LM):
     def summary(self) -> dict[str, Any]:
         """Totals over every sample so far: the lossless verdicts and the passes each arm took."""
         n = self.totals["samples"]
-        return {"samples": n, "exact": self.totals["exact"], "lossless": n > 0 and self.verdicts["logic-error"] == 0,
-                "verdicts": dict(self.verdicts), "plain_nfe": self.totals["plain_nfe"],
-                "spec_nfe": self.totals["spec_nfe"],
-                "speedup_nfe": self.totals["plain_nfe"] / self.totals["spec_nfe"] if self.totals["spec_nfe"] else None}
+        return {
+            "samples": n,
+            "exact": self.totals["exact"],
+            "lossless": n > 0 and self.verdicts["logic-error"] == 0,
+            "verdicts": dict(self.verdicts),
+            "plain_nfe": self.totals["plain_nfe"],
+            "spec_nfe": self.totals["spec_nfe"],
+            "speedup_nfe": self.totals["plain_nfe"] / self.totals["spec_nfe"] if self.totals["spec_nfe"] else None,
+        }
 
     def get_model_info(self) -> dict[str, Any]:
-        return {NAME: {"settings": self.settings, "arm": dataclasses.asdict(self.arm), "exact_mode": self.exact,
-                       **self.summary()}}
+        return {
+            NAME: {
+                "settings": self.settings,
+                "arm": dataclasses.asdict(self.arm),
+                "exact_mode": self.exact,
+                **self.summary(),
+            }
+        }
 
     def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-        return [self._continuation_logprob(context, continuation) for context, continuation in
-                (request.args for request in requests)]
+        return [
+            self._continuation_logprob(context, continuation)
+            for context, continuation in (request.args for request in requests)
+        ]
 
     def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
         return [self._continuation_logprob("", text)[0] for (text,) in (request.args for request in requests)]
@@ -155,9 +208,11 @@ class SpotbenchLM(LM):
         from harness.targets.ar import ARTarget
 
         if not isinstance(self.target, ARTarget):
-            raise ValueError(f"spotbench: loglikelihood needs an autoregressive target; {self.settings['model']} is "
-                             "a diffusion LM, which has no exact likelihood (only a Monte Carlo bound); "
-                             "evaluate it on generate_until tasks such as gsm8k")
+            raise ValueError(
+                f"spotbench: loglikelihood needs an autoregressive target; {self.settings['model']} is "
+                "a diffusion LM, which has no exact likelihood (only a Monte Carlo bound); "
+                "evaluate it on generate_until tasks such as gsm8k"
+            )
         tokenizer = self.target.tokenizer
         prefix = tokenizer.encode(context, add_special_tokens=False) if context else []
         if not prefix:  # a rolling likelihood scores the text from its first token on, after EOS
@@ -166,7 +221,7 @@ class SpotbenchLM(LM):
         with torch.inference_mode():
             ids = torch.tensor([tokens], device=self.target.device)
             logits = self.target.model(ids).logits[0, len(prefix) - 1 : -1].double()
-        wanted = ids[0, len(prefix):]
+        wanted = ids[0, len(prefix) :]
         logprobs = logits.log_softmax(-1).gather(-1, wanted[:, None])[:, 0]
         return float(logprobs.sum()), bool((logits.argmax(-1) == wanted).all())
 

@@ -56,8 +56,7 @@ class Task(Protocol):
     default_split: str
     stop_strings: tuple[str, ...]
 
-    def load(self, split: str | None = None, limit: int | None = None,
-             data_dir: str | None = None) -> list[Sample]: ...
+    def load(self, split: str | None = None, limit: int | None = None, data_dir: str | None = None) -> list[Sample]: ...
 
     def prompt(self, sample: Sample, tokenizer: Any = None) -> str: ...
 
@@ -76,13 +75,16 @@ def prompt_ids(task: Task, sample: Sample, tokenizer: Any) -> list[int]:
         return list(sample.meta["prompt_ids"])
     chat = as_chat(tokenizer)
     if chat.tokenizer is None:
-        raise UserError(f"task {task.name!r} has text prompts and the target has no tokenizer; "
-                        "give token-id prompts (task ids:FILE.jsonl) or a checkpoint with tokenizer files")
+        raise UserError(
+            f"task {task.name!r} has text prompts and the target has no tokenizer; "
+            "give token-id prompts (task ids:FILE.jsonl) or a checkpoint with tokenizer files"
+        )
     return chat.tokenizer.encode(task.prompt(sample, chat), add_special_tokens=False)
 
 
-def render(user_text: str, raw_prompt: str, tokenizer: Any = None, prefill: str = "",
-           shots: tuple[tuple[str, str], ...] = ()) -> str:
+def render(
+    user_text: str, raw_prompt: str, tokenizer: Any = None, prefill: str = "", shots: tuple[tuple[str, str], ...] = ()
+) -> str:
     """`raw_prompt` for base models and with the template switched off; through a chat template
     (`tokenizer`: a tokenizer that has one, or a `tasks.chat.Chat` that applies), `user_text` as the
     user turn after any `shots` (few-shot (question, answer) turns), followed by `prefill`, the start
@@ -100,13 +102,13 @@ def cut(text: str, stop_strings: tuple[str, ...]) -> str:
     return text[:end]
 
 
-def self_check(task: Task, data_dir: str | None, limit: int | None, allowed_rate: float,
-               **score_options: Any) -> SelfCheck:
+def self_check(
+    task: Task, data_dir: str | None, limit: int | None, allowed_rate: float, **score_options: Any
+) -> SelfCheck:
     """Score each sample's reference completion; a scorer that rejects gold answers is broken.
     `allowed_rate` is the fraction of the checked samples that may fail (rounded down, so a check
     of a few samples allows none)."""
     samples = task.load(None, limit=limit, data_dir=data_dir)
     results = task.score(samples, [s.target for s in samples], **score_options)
     failures = [s.sample_id for s, r in zip(samples, results) if not r["correct"]]
-    return SelfCheck(task.name, len(samples), len(samples) - len(failures), failures,
-                     int(allowed_rate * len(samples)))
+    return SelfCheck(task.name, len(samples), len(samples) - len(failures), failures, int(allowed_rate * len(samples)))

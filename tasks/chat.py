@@ -55,13 +55,17 @@ class Chat:
         """A template asked for, and a system prompt, need a template to go into: refused rather than
         silently dropped."""
         if self.enabled is True and self.template is None:
-            raise UserError(f"--chat-template needs a chat template, and target {target_name} has none; drop "
-                            "--chat-template (text prompts then go as they are) or use a target whose tokenizer "
-                            "has one")
+            raise UserError(
+                f"--chat-template needs a chat template, and target {target_name} has none; drop "
+                "--chat-template (text prompts then go as they are) or use a target whose tokenizer "
+                "has one"
+            )
         if self.system_prompt is not None and not self.applies:
             why = "has no chat template" if self.template is None else "is prompted without its chat template"
-            raise UserError(f"--system-prompt needs a chat template, and target {target_name} {why}; "
-                            "drop --system-prompt" + ("" if self.template is None else " or --no-chat-template"))
+            raise UserError(
+                f"--system-prompt needs a chat template, and target {target_name} {why}; "
+                "drop --system-prompt" + ("" if self.template is None else " or --no-chat-template")
+            )
 
     def render(self, user_text: str, shots: Sequence[tuple[str, str]] = ()) -> str:
         """The conversation (system, shots as user/assistant turns, then `user_text`) through the
@@ -74,8 +78,10 @@ class Chat:
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         except Exception as error:  # noqa: BLE001 - jinja2 raises many types (syntax, undefined, raise_exception)
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise UserError(f"the tokenizer's chat template failed to render ({type(error).__name__}: {first}); "
-                            "fix chat_template in tokenizer_config.json or use --no-chat-template") from None
+            raise UserError(
+                f"the tokenizer's chat template failed to render ({type(error).__name__}: {first}); "
+                "fix chat_template in tokenizer_config.json or use --no-chat-template"
+            ) from None
 
 
 def check_token_id_prompts(enabled: bool | None, system_prompt: str | None, source: str) -> None:
@@ -83,8 +89,10 @@ def check_token_id_prompts(enabled: bool | None, system_prompt: str | None, sour
     template asked for would be dropped, so they are refused (`source` names the prompts)."""
     for given, flag in ((system_prompt is not None, "--system-prompt"), (enabled is True, "--chat-template")):
         if given:
-            raise UserError(f"{flag} is for text prompts, and {source} gives token ids, which go to the target as "
-                            f"they are (never through a chat template); drop {flag}")
+            raise UserError(
+                f"{flag} is for text prompts, and {source} gives token ids, which go to the target as "
+                f"they are (never through a chat template); drop {flag}"
+            )
 
 
 def as_chat(tokenizer_or_chat: Any) -> Chat:

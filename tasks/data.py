@@ -53,8 +53,10 @@ def data_dir(override: str | os.PathLike | None = None) -> tuple[Path, str]:
 
 
 def hub_offline() -> bool:
-    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
-               for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+        for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 @cache
@@ -106,9 +108,12 @@ def load_rows(task: str, source: Source, override: str | None = None) -> list[di
 
 def read_rows(task: str, source: Source, path: Path) -> list[dict[str, Any]]:
     """The rows of a local JSON-lines file, each a JSON object with the source's fields."""
+
     def fail(problem: str) -> UserError:
-        return UserError(f"task {task}: {path} {problem}; replace it with the published file "
-                         f"(hub id {source.hub_id}) or remove it to load the split from the hub")
+        return UserError(
+            f"task {task}: {path} {problem}; replace it with the published file "
+            f"(hub id {source.hub_id}) or remove it to load the split from the hub"
+        )
 
     opener = gzip.open if path.suffix == ".gz" else open
     rows = []

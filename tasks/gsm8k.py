@@ -30,9 +30,11 @@ def checked_rows(rows: list[dict[str, Any]], source: data.Source) -> list[dict[s
     """Rows whose question and answer are text, the answer with its `#### n` line (UserError if not)."""
     for number, row in enumerate(rows, 1):
         if not (isinstance(row["question"], str) and isinstance(row["answer"], str) and "####" in row["answer"]):
-            raise UserError(f"task gsm8k: {source.filename} row {number}: question and answer must be text, the "
-                            f"answer ending in '#### <number>' (got answer {row['answer']!r}); replace it with the "
-                            f"published file (hub id {source.hub_id})")
+            raise UserError(
+                f"task gsm8k: {source.filename} row {number}: question and answer must be text, the "
+                f"answer ending in '#### <number>' (got answer {row['answer']!r}); replace it with the "
+                f"published file (hub id {source.hub_id})"
+            )
     return rows
 
 
@@ -40,16 +42,14 @@ def format_example(question: str, answer: str | None = None) -> str:
     return f"Question: {question}\nAnswer:" + (f" {answer}\n\n" if answer is not None else "")
 
 
-def score_numbers(samples: list[Sample], completions: list[str],
-                  stop_strings: tuple[str, ...]) -> list[dict[str, Any]]:
+def score_numbers(samples: list[Sample], completions: list[str], stop_strings: tuple[str, ...]) -> list[dict[str, Any]]:
     """Strict (`correct`) and flexible number match, shared with the built-in `arith` task."""
     out = metrics.load("gsm8k_match").compute(
-        predictions=[cut(c, stop_strings) for c in completions],
-        references=[s.reference for s in samples])
+        predictions=[cut(c, stop_strings) for c in completions], references=[s.reference for s in samples]
+    )
     return [
         {"correct": strict, "strict": strict, "flexible": flexible, "extracted": extracted}
-        for strict, flexible, extracted in zip(out["strict"], out["flexible"],
-                                               out["extracted_strict"])
+        for strict, flexible, extracted in zip(out["strict"], out["flexible"], out["extracted_strict"])
     ]
 
 
@@ -61,13 +61,11 @@ class GSM8K:
     stop_strings: tuple[str, ...] = ("Question:", "\n\n\n")
     num_fewshot: int = 5
 
-    def load(self, split: str | None = None, limit: int | None = None,
-             data_dir: str | None = None) -> list[Sample]:
+    def load(self, split: str | None = None, limit: int | None = None, data_dir: str | None = None) -> list[Sample]:
         split = split or self.default_split
         rows = checked_rows(data.load_rows(self.name, SOURCES[split], data_dir), SOURCES[split])[:limit]
         samples = [
-            Sample(f"{split}/{i}", row["question"], " " + row["answer"],
-                   reference_number(row["answer"]))
+            Sample(f"{split}/{i}", row["question"], " " + row["answer"], reference_number(row["answer"]))
             for i, row in enumerate(rows)
         ]
         if self.num_fewshot and split == "test":
@@ -75,8 +73,10 @@ class GSM8K:
             shots = train_rows[: self.num_fewshot]
             context = "".join(format_example(r["question"], r["answer"]) for r in shots)
             turns = tuple((format_example(r["question"]), " " + r["answer"]) for r in shots)
-            samples = [Sample(s.sample_id, s.question, s.target, s.reference, {"fewshot": context, "shots": turns})
-                       for s in samples]
+            samples = [
+                Sample(s.sample_id, s.question, s.target, s.reference, {"fewshot": context, "shots": turns})
+                for s in samples
+            ]
         return samples
 
     def prompt(self, sample: Sample, tokenizer: Any = None) -> str:

@@ -16,8 +16,13 @@ from typing import Any
 from tasks import data, metrics
 from tasks.base import Sample, SelfCheck, cut, render, self_check
 
-SOURCE = data.Source("HumanEval.jsonl.gz", "openai/openai_humaneval", None, "test",
-                     ("task_id", "prompt", "canonical_solution", "test", "entry_point"))
+SOURCE = data.Source(
+    "HumanEval.jsonl.gz",
+    "openai/openai_humaneval",
+    None,
+    "test",
+    ("task_id", "prompt", "canonical_solution", "test", "entry_point"),
+)
 INSTRUCTION = "Complete the following Python function. Reply with the completed code only."
 
 
@@ -33,17 +38,22 @@ class HumanEval:
     name: str = "humaneval"
     splits: tuple[str, ...] = ("test",)
     default_split: str = "test"
-    stop_strings: tuple[str, ...] = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#",
-                                     "\n```")
+    stop_strings: tuple[str, ...] = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\n```")
     timeout_s: float = 10.0  # CPU seconds per program (the wall clock only backs it up)
     sandboxed = True  # scores by running code: runs check the jail first (registry.check_scorers)
 
-    def load(self, split: str | None = None, limit: int | None = None,
-             data_dir: str | None = None) -> list[Sample]:
+    def load(self, split: str | None = None, limit: int | None = None, data_dir: str | None = None) -> list[Sample]:
         rows = data.load_rows(self.name, SOURCE, data_dir)[:limit]
-        return [Sample(row["task_id"], row["prompt"], row["canonical_solution"],
-                       f"{row['test']}\n\ncheck({row['entry_point']})\n",
-                       {"entry_point": row["entry_point"]}) for row in rows]
+        return [
+            Sample(
+                row["task_id"],
+                row["prompt"],
+                row["canonical_solution"],
+                f"{row['test']}\n\ncheck({row['entry_point']})\n",
+                {"entry_point": row["entry_point"]},
+            )
+            for row in rows
+        ]
 
     def prompt(self, sample: Sample, tokenizer: Any = None) -> str:
         code = sample.question

@@ -29,12 +29,12 @@ def normalize(answer: str) -> str:
     return text.removeprefix("\\text{").removesuffix("}") if text.startswith("\\text{") else text
 
 
-def equivalent_many(pairs: list[tuple[str, str | None]], timeout_s: float = 10.0,
-                    workers: int | None = None, fast_path: bool = True) -> list[bool]:
+def equivalent_many(
+    pairs: list[tuple[str, str | None]], timeout_s: float = 10.0, workers: int | None = None, fast_path: bool = True
+) -> list[bool]:
     """For each (gold, predicted) pair: is the prediction the same answer? None predicts nothing.
     `fast_path=False` sends every pair to math-verify (the self-check uses it to exercise it)."""
-    results = [fast_path and pred is not None and normalize(gold) == normalize(pred)
-               for gold, pred in pairs]
+    results = [fast_path and pred is not None and normalize(gold) == normalize(pred) for gold, pred in pairs]
     pending = [i for i, (ok, (_, pred)) in enumerate(zip(results, pairs)) if not ok and pred]
     if not pending:
         return results
@@ -70,9 +70,13 @@ def equivalent_many(pairs: list[tuple[str, str | None]], timeout_s: float = 10.0
 
 class _Worker:
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "tasks.mathcheck"], text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tasks.mathcheck"],
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         assert self.proc.stdin is not None and self.proc.stdout is not None  # PIPEs
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self.fd = self.stdout.fileno()

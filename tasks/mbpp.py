@@ -15,17 +15,23 @@ from tasks import data, metrics
 from tasks.answers import code_block
 from tasks.base import Sample, SelfCheck, cut, render, self_check
 
-SOURCE = data.Source("mbpp.jsonl", "google-research-datasets/mbpp", "full",
-                     "train+test+validation+prompt", ("task_id", "text", "code", "test_list", "test_setup_code"))
-SPLITS = {"test": range(11, 511), "train": range(601, 975), "validation": range(511, 601),
-          "prompt": range(1, 11)}
+SOURCE = data.Source(
+    "mbpp.jsonl",
+    "google-research-datasets/mbpp",
+    "full",
+    "train+test+validation+prompt",
+    ("task_id", "text", "code", "test_list", "test_setup_code"),
+)
+SPLITS = {"test": range(11, 511), "train": range(601, 975), "validation": range(511, 601), "prompt": range(1, 11)}
 FEWSHOT_IDS = (2, 3, 4)
 
 
 def header(row: dict[str, Any]) -> str:
     tests = "\n".join(row["test_list"])
-    return (f"You are an expert Python programmer, and here is your task: {row['text']} "
-            f"Your code should pass these tests:\n\n{tests}\n")
+    return (
+        f"You are an expert Python programmer, and here is your task: {row['text']} "
+        f"Your code should pass these tests:\n\n{tests}\n"
+    )
 
 
 def clean(code: str) -> str:
@@ -42,25 +48,30 @@ class MBPP:
     timeout_s: float = 10.0  # CPU seconds per program (the wall clock only backs it up)
     sandboxed = True  # scores by running code: runs check the jail first (registry.check_scorers)
 
-    def load(self, split: str | None = None, limit: int | None = None,
-             data_dir: str | None = None) -> list[Sample]:
+    def load(self, split: str | None = None, limit: int | None = None, data_dir: str | None = None) -> list[Sample]:
         split = split or self.default_split
         rows = {row["task_id"]: row for row in data.load_rows(self.name, SOURCE, data_dir)}
-        turns = tuple((header(rows[i]), f"[BEGIN]\n{clean(rows[i]['code'])}\n[DONE]")
-                      for i in FEWSHOT_IDS[: self.num_fewshot])
+        turns = tuple(
+            (header(rows[i]), f"[BEGIN]\n{clean(rows[i]['code'])}\n[DONE]") for i in FEWSHOT_IDS[: self.num_fewshot]
+        )
         shots = "".join(f"{question}{answer}\n\n" for question, answer in turns)
         selected = [rows[i] for i in SPLITS[split] if i in rows][:limit]
         return [
-            Sample(str(row["task_id"]), row["text"], clean(row["code"]),
-                   clean(row["test_setup_code"] + "\n" + "\n".join(row["test_list"])),
-                   {"header": shots + header(row), "question": header(row), "shots": turns})
+            Sample(
+                str(row["task_id"]),
+                row["text"],
+                clean(row["code"]),
+                clean(row["test_setup_code"] + "\n" + "\n".join(row["test_list"])),
+                {"header": shots + header(row), "question": header(row), "shots": turns},
+            )
             for row in selected
         ]
 
     def prompt(self, sample: Sample, tokenizer: Any = None) -> str:
         text = sample.meta["header"]  # through a chat template the examples are earlier turns
-        return render(sample.meta["question"], text + "[BEGIN]\n", tokenizer, prefill="[BEGIN]\n",
-                      shots=sample.meta["shots"])
+        return render(
+            sample.meta["question"], text + "[BEGIN]\n", tokenizer, prefill="[BEGIN]\n", shots=sample.meta["shots"]
+        )
 
     def score(self, samples: list[Sample], completions: list[str]) -> list[dict[str, Any]]:
         programs = [code_block(cut(c, self.stop_strings)) for c in completions]

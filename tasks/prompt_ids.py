@@ -30,8 +30,11 @@ def parse_ids(text: str, where: str) -> list[int]:
 
 
 def check_ids(ids: Any, where: str) -> list[int]:
-    if (not isinstance(ids, list) or not ids
-            or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)):
+    if (
+        not isinstance(ids, list)
+        or not ids
+        or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
+    ):
         raise UserError(f"{where} must be a non-empty list of token ids (whole numbers >= 0), got {ids!r}")
     return ids
 
@@ -40,8 +43,10 @@ def check_in_vocabulary(ids: list[int], vocab_size: int) -> list[int]:
     """Ids the target can embed: one beyond its vocabulary would index past the embedding table."""
     outside = [i for i in ids if i >= vocab_size]
     if outside:
-        raise UserError(f"prompt token id {outside[0]} is outside the target's vocabulary (0..{vocab_size - 1}); "
-                        "give ids below the vocabulary size")
+        raise UserError(
+            f"prompt token id {outside[0]} is outside the target's vocabulary (0..{vocab_size - 1}); "
+            "give ids below the vocabulary size"
+        )
     return ids
 
 
@@ -60,8 +65,9 @@ def read_ids_file(path: Path) -> list[list[int]]:
         try:
             value = json.loads(line)
         except json.JSONDecodeError:
-            raise UserError(f"{path}:{number}: not JSON; each line must be a list of token ids like "
-                            "[1, 2, 3]") from None
+            raise UserError(
+                f"{path}:{number}: not JSON; each line must be a list of token ids like [1, 2, 3]"
+            ) from None
         prompts.append(check_ids(value, f"{path}:{number}"))
     if not prompts:
         raise UserError(f"{path}: no prompt; each line must be a list of token ids like [1, 2, 3]")
@@ -82,8 +88,7 @@ class PromptIds:
     def name(self) -> str:
         return PREFIX + self.path
 
-    def load(self, split: str | None = None, limit: int | None = None,
-             data_dir: str | None = None) -> list[Sample]:
+    def load(self, split: str | None = None, limit: int | None = None, data_dir: str | None = None) -> list[Sample]:
         prompts = read_ids_file(Path(self.path))[:limit]
         return [Sample(f"ids/{i}", "", "", "", {"prompt_ids": ids}) for i, ids in enumerate(prompts)]
 

@@ -54,8 +54,10 @@ def train_prompts(limits: dict[str, int], tokenizer: Any) -> list[tuple[str, lis
     prompts = []
     for name, limit in limits.items():
         task = get_task(name, num_fewshot=0)
-        prompts += [(f"{name}/train/{i}", prompt_ids(task, sample, tokenizer))
-                    for i, sample in enumerate(task.load("train", limit=limit))]
+        prompts += [
+            (f"{name}/train/{i}", prompt_ids(task, sample, tokenizer))
+            for i, sample in enumerate(task.load("train", limit=limit))
+        ]
     return prompts
 
 

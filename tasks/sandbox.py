@@ -77,8 +77,15 @@ CHILD = Path(__file__).with_name("sandbox_child.py")
 LAUNCHER = "/spotbench/launcher.py"  # where CHILD appears inside a jail
 JAIL_TMP = "/tmp"  # the jail's private tmpfs, mounted before the binds so that none is hidden
 WORKDIR = "/tmp/work"  # the jail's own working directory, made by the jailed uid (see work_dir)
-JAIL_ENV = {"PATH": "/usr/bin:/bin", "HOME": JAIL_TMP, "TMPDIR": JAIL_TMP, "LANG": "C.UTF-8",
-            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+JAIL_ENV = {
+    "PATH": "/usr/bin:/bin",
+    "HOME": JAIL_TMP,
+    "TMPDIR": JAIL_TMP,
+    "LANG": "C.UTF-8",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
 UID_BASE = 2_100_000_000  # root harness: lease n runs its program as UID_BASE + 2n, judge + 1
 UID_LEASES = 1 << 20  # uid pairs to lease from (far below 2**32 - UID_BASE)
 UID_LOCKS = Path("/run/spotbench-jail-uids")  # one lock file per leased pair, held while in use
@@ -151,8 +158,7 @@ def lease_uids() -> int:
     try:
         UID_LOCKS.mkdir(mode=0o700, exist_ok=True)
         for n in range(UID_LEASES):
-            fd = os.open(UID_LOCKS / str(n), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600)
+            fd = os.open(UID_LOCKS / str(n), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -160,10 +166,13 @@ def lease_uids() -> int:
                 continue
             return UID_BASE + 2 * n
     except OSError as error:
-        raise UserError(f"the code sandbox cannot lease jail uids under {UID_LOCKS}: {error}; "
-                        "run the scorer as root on a host with a writable /run") from None
-    raise UserError(f"the code sandbox has no free jail uids: {UID_LEASES} pairs are leased; "
-                    "run fewer scorer processes")
+        raise UserError(
+            f"the code sandbox cannot lease jail uids under {UID_LOCKS}: {error}; "
+            "run the scorer as root on a host with a writable /run"
+        ) from None
+    raise UserError(
+        f"the code sandbox has no free jail uids: {UID_LEASES} pairs are leased; run fewer scorer processes"
+    )
 
 
 @cache
@@ -171,8 +180,7 @@ def tools() -> tuple[str, str]:
     """Paths of bwrap and setpriv; a clear error where bubblewrap is missing (no unjailed run)."""
     bwrap, setpriv = shutil.which("bwrap"), shutil.which("setpriv")
     if bwrap is None or setpriv is None:
-        raise UserError("the code sandbox needs bubblewrap and setpriv: "
-                        "apt-get install -y bubblewrap util-linux")
+        raise UserError("the code sandbox needs bubblewrap and setpriv: apt-get install -y bubblewrap util-linux")
     return bwrap, setpriv
 
 
@@ -211,9 +219,11 @@ def python_trees() -> tuple[str, ...]:
     for tree in sorted(python):
         if not any(under(tree, b) for b in bound):
             if under(JAIL_TMP, tree):
-                raise UserError(f"the code sandbox cannot jail a Python installed at {tree}: it "
-                                f"would hide the jail's {JAIL_TMP}; install Python or the venv "
-                                "in a directory of its own")
+                raise UserError(
+                    f"the code sandbox cannot jail a Python installed at {tree}: it "
+                    f"would hide the jail's {JAIL_TMP}; install Python or the venv "
+                    "in a directory of its own"
+                )
             bound.append(tree)
     return tuple(bound[1:])
 
@@ -237,25 +247,51 @@ def jail_command(role: str, uid: int, limits: Limits) -> list[str]:
     """`python -I -B launcher.py ROLE` in a fresh jail: bwrap with everything unshared, and for a
     root harness setpriv down to `uid` (bwrap's own user namespace would map the jail to root)."""
     bwrap, setpriv = tools()
-    command = [bwrap, "--perms", "1777", "--size", str(limits.disk_bytes), "--tmpfs", JAIL_TMP,
-               *read_only_view(), "--proc", "/proc", "--dev", "/dev",
-               "--chdir", JAIL_TMP, "--unshare-ipc", "--unshare-pid", "--unshare-net",
-               "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
-               "--clearenv"]
+    command = [
+        bwrap,
+        "--perms",
+        "1777",
+        "--size",
+        str(limits.disk_bytes),
+        "--tmpfs",
+        JAIL_TMP,
+        *read_only_view(),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--chdir",
+        JAIL_TMP,
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+    ]
     for name, value in JAIL_ENV.items():
         command += ["--setenv", name, value]
     if os.geteuid() == 0:
-        command += ["--cap-add", "CAP_SETUID,CAP_SETGID,CAP_SETPCAP", "--", setpriv,
-                    f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-                    "--bounding-set=-all", "--"]
+        command += [
+            "--cap-add",
+            "CAP_SETUID,CAP_SETGID,CAP_SETPCAP",
+            "--",
+            setpriv,
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ]
     else:
-        command += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns",
-                    "--cap-drop", "ALL", "--"]
+        command += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns", "--cap-drop", "ALL", "--"]
     return [*command, sys.executable, "-I", "-B", LAUNCHER, role]
 
 
-def run(segments: list[tuple[str, str]], limits: Limits = Limits(), *,
-        audit_hook: bool = True) -> Outcome:
+def run(segments: list[tuple[str, str]], limits: Limits = Limits(), *, audit_hook: bool = True) -> Outcome:
     """Run the program `segments[:-1]` ((name, source) pairs, executed in order in one namespace)
     against the tests `segments[-1]`, once. `audit_hook=False` leaves the jail as the only guard.
 
@@ -295,36 +331,50 @@ def check_jail() -> None:
         limits = Limits(cpu_s=10, wall_s=60)
         right = _in_slot([("solution", PROBE_RIGHT), ("tests", PROBE_TESTS)], limits, True)
         wrong = _in_slot([("solution", PROBE_WRONG), ("tests", PROBE_TESTS)], limits, True)
-        for name, outcome, expected in (("known-correct", right, "passed"),
-                                        ("known-wrong", wrong, "failed")):
-            if outcome.status != expected or (expected == "failed" and
-                                              "AssertionError" not in outcome.stderr):
-                said = " | ".join(line.strip() for line in outcome.stderr.splitlines()
-                                  if line.strip())[:600] or "nothing"
-                raise UserError(f"the code sandbox does not work: a {name} program came out "
-                                f"{outcome.status} (expected {expected}); the jail said: {said}; "
-                                "fix the jail (bwrap must run here: see tasks/sandbox.py) before "
-                                "scoring code")
+        for name, outcome, expected in (("known-correct", right, "passed"), ("known-wrong", wrong, "failed")):
+            if outcome.status != expected or (expected == "failed" and "AssertionError" not in outcome.stderr):
+                said = (
+                    " | ".join(line.strip() for line in outcome.stderr.splitlines() if line.strip())[:600] or "nothing"
+                )
+                raise UserError(
+                    f"the code sandbox does not work: a {name} program came out "
+                    f"{outcome.status} (expected {expected}); the jail said: {said}; "
+                    "fix the jail (bwrap must run here: see tasks/sandbox.py) before "
+                    "scoring code"
+                )
         _jail_works = True
 
 
-def run_many(programs: list[list[tuple[str, str]]], limits: Limits = Limits(),
-             workers: int | None = None) -> list[Outcome]:
+def run_many(
+    programs: list[list[tuple[str, str]]], limits: Limits = Limits(), workers: int | None = None
+) -> list[Outcome]:
     """Run many programs in parallel (bounded by `workers` and the process-wide slots)."""
     with ThreadPoolExecutor(max_workers=workers or default_workers()) as pool:
         return list(pool.map(lambda segments: run(segments, limits), programs))
 
 
 def _run(segments: list[tuple[str, str]], limits: Limits, slot: int, audit_hook: bool) -> Outcome:
-    child_limits = {"cpu_s": limits.cpu_s,
-                    "memory_bytes": limits.memory_bytes, "file_bytes": limits.file_bytes,
-                    "processes": limits.processes}
+    child_limits = {
+        "cpu_s": limits.cpu_s,
+        "memory_bytes": limits.memory_bytes,
+        "file_bytes": limits.file_bytes,
+        "processes": limits.processes,
+    }
     requests, replies = os.pipe(), os.pipe()  # judge -> program, program -> judge
     where = {"tmp_dir": JAIL_TMP, "work_dir": work_dir()}
-    jobs: tuple[tuple[str, dict], ...] = (("program", {"limits": child_limits, "segments": segments[:-1], **where,
-                         "audit_hook": audit_hook, "channel": [requests[0], replies[1]]}),
-            ("judge", {"limits": child_limits, "tests": segments[-1][1], **where,
-                       "channel": [replies[0], requests[1]]}))
+    jobs: tuple[tuple[str, dict], ...] = (
+        (
+            "program",
+            {
+                "limits": child_limits,
+                "segments": segments[:-1],
+                **where,
+                "audit_hook": audit_hook,
+                "channel": [requests[0], replies[1]],
+            },
+        ),
+        ("judge", {"limits": child_limits, "tests": segments[-1][1], **where, "channel": [replies[0], requests[1]]}),
+    )
     start = time.monotonic()
     procs: list[subprocess.Popen] = []
     status = "done"
@@ -345,17 +395,29 @@ def _run(segments: list[tuple[str, str]], limits: Limits, slot: int, audit_hook:
     if status == "done":
         status = _status(program_code, judge_code, out["judge_stdout"])
     stderr = out["program_stderr"][-2048:] + out["judge_stderr"][-2048:]
-    return Outcome(status == "passed", status, program_code,
-                   out["program_stdout"][-4096:].decode(errors="replace"),
-                   stderr.decode(errors="replace"), time.monotonic() - start)
+    return Outcome(
+        status == "passed",
+        status,
+        program_code,
+        out["program_stdout"][-4096:].decode(errors="replace"),
+        stderr.decode(errors="replace"),
+        time.monotonic() - start,
+    )
 
 
 def _spawn(command: list[str], job: dict) -> subprocess.Popen:
     """Start one jail and hand it its job on stdin; the channel fds travel by number."""
     channel = job["channel"]
-    proc = subprocess.Popen(command, env=JAIL_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
-                            pass_fds=channel)
+    proc = subprocess.Popen(
+        command,
+        env=JAIL_ENV,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        close_fds=True,
+        pass_fds=channel,
+    )
     assert proc.stdin is not None  # stdin=PIPE
     try:
         proc.stdin.write(json.dumps(job).encode())
@@ -365,13 +427,18 @@ def _spawn(command: list[str], job: dict) -> subprocess.Popen:
     return proc
 
 
-def _collect(program: subprocess.Popen, judge: subprocess.Popen, deadline: float,
-             cap: int) -> tuple[str, dict[str, bytes]]:
+def _collect(
+    program: subprocess.Popen, judge: subprocess.Popen, deadline: float, cap: int
+) -> tuple[str, dict[str, bytes]]:
     """Read both jails' output until all of it ends: 'done', 'timeout' or 'output_limit'. Once the
     judge is done, the program gets `GRACE_S` to exit (it does as soon as the channel closes)."""
     assert program.stdout and program.stderr and judge.stdout and judge.stderr  # spawned with PIPEs
-    streams = {program.stdout.fileno(): "program_stdout", program.stderr.fileno(): "program_stderr",
-               judge.stdout.fileno(): "judge_stdout", judge.stderr.fileno(): "judge_stderr"}
+    streams = {
+        program.stdout.fileno(): "program_stdout",
+        program.stderr.fileno(): "program_stderr",
+        judge.stdout.fileno(): "judge_stdout",
+        judge.stderr.fileno(): "judge_stderr",
+    }
     out = {name: bytearray() for name in streams.values()}
     judge_open = {judge.stdout.fileno(), judge.stderr.fileno()}
     status = "done"

@@ -29,18 +29,51 @@ BIG_INT = 1 << 63  # ints past this cross as hex: JSON digits hit Python's 4300-
 PLAIN = (int, float, str, bytes, complex, list, tuple, set, frozenset, dict)
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 PROCESS_EVENTS = {
-    "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.startfile",
-    "subprocess.Popen", "pty.spawn", "resource.setrlimit", "resource.prlimit", "sys.settrace",
-    "sys.setprofile", "os.chroot", "cpython.PyInterpreterState_New",
+    "os.fork",
+    "os.forkpty",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.system",
+    "os.startfile",
+    "subprocess.Popen",
+    "pty.spawn",
+    "resource.setrlimit",
+    "resource.prlimit",
+    "sys.settrace",
+    "sys.setprofile",
+    "os.chroot",
+    "cpython.PyInterpreterState_New",
 }
 # Modules that reach below the audit hooks (raw fork+exec, memory access, hook-free interpreters).
-REFUSED_IMPORTS = {"_posixsubprocess", "_xxsubinterpreters", "_testcapi", "_testinternalcapi",
-                   "_testmultiphase", "_testbuffer", "_testimportmultiple"}
+REFUSED_IMPORTS = {
+    "_posixsubprocess",
+    "_xxsubinterpreters",
+    "_testcapi",
+    "_testinternalcapi",
+    "_testmultiphase",
+    "_testbuffer",
+    "_testimportmultiple",
+}
 PATH_EVENTS = {  # event -> indexes of the path arguments that must stay inside /tmp
-    "os.remove": (0,), "os.rmdir": (0,), "os.rename": (0, 1), "os.link": (0, 1), "os.symlink": (1,),
-    "os.mkdir": (0,), "os.truncate": (0,), "os.chmod": (0,), "os.chown": (0,), "os.utime": (0,),
-    "os.chflags": (0,), "os.setxattr": (0,), "os.removexattr": (0,), "os.mkfifo": (0,),
-    "os.mknod": (0,), "shutil.rmtree": (0,), "os.chdir": (0,), "shutil.chown": (0,),
+    "os.remove": (0,),
+    "os.rmdir": (0,),
+    "os.rename": (0, 1),
+    "os.link": (0, 1),
+    "os.symlink": (1,),
+    "os.mkdir": (0,),
+    "os.truncate": (0,),
+    "os.chmod": (0,),
+    "os.chown": (0,),
+    "os.utime": (0,),
+    "os.chflags": (0,),
+    "os.setxattr": (0,),
+    "os.removexattr": (0,),
+    "os.mkfifo": (0,),
+    "os.mknod": (0,),
+    "shutil.rmtree": (0,),
+    "os.chdir": (0,),
+    "shutil.chown": (0,),
 }
 READABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 
@@ -77,7 +110,7 @@ def enter_work_dir(job: dict) -> None:
 
 def write_all(fd: int, data: bytes) -> None:
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]
 
 
 def encode(value: Any, ref) -> object:  # Any: dispatched on its exact type, which a checker does not follow
@@ -120,8 +153,7 @@ def decode(data: Any, resolve) -> Any:  # Any: JSON, dispatched on its exact typ
         return [decode(item, resolve) for item in data]
     ((tag, body),) = data.items()
     if tag in ("tuple", "set", "frozenset"):
-        return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](
-            decode(item, resolve) for item in body)
+        return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](decode(item, resolve) for item in body)
     if tag == "dict":
         return {decode(k, resolve): decode(v, resolve) for k, v in body}
     if tag == "bytes":
@@ -182,8 +214,7 @@ def make_audit_hook(root: str, readable: tuple[str, ...]):
             resolved = realpath(os.fsdecode(fspath(path)))
             if under(resolved, (root,)):
                 return
-            if (flags & WRITE_FLAGS or any(c in (mode or "") for c in "wax+")) and (
-                    resolved != "/dev/null"):
+            if (flags & WRITE_FLAGS or any(c in (mode or "") for c in "wax+")) and (resolved != "/dev/null"):
                 refuse("writing", resolved)
             if isdir(resolved) or not (under(resolved, readable) or resolved in READABLE_DEVICES):
                 refuse("reading", resolved)
@@ -202,6 +233,7 @@ def answer(request: dict, namespace: dict, objects: list) -> object:
     """One judge request: look up names, or call / get / set an attribute of a referenced object."""
     if request["op"] == "lookup":
         return {name: namespace[name] for name in request["names"] if name in namespace}
+
     def resolve(tag: str, body):
         return objects[body] if tag == "ref" else importlib.import_module(body)
 
@@ -238,12 +270,12 @@ def serve(namespace: dict, channel: list[int]) -> None:
 def program(job: dict) -> None:
     write, exit_now, exec_ = os.write, os._exit, exec
     root = os.path.realpath(job["tmp_dir"])
-    readable = tuple({os.path.realpath(p)
-                      for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if p})
+    readable = tuple({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if p})
     set_limits(job["limits"])
     try:
-        codes = [compile(source, f"<{name}>", "exec", dont_inherit=True, optimize=0)
-                 for name, source in job["segments"]]
+        codes = [
+            compile(source, f"<{name}>", "exec", dont_inherit=True, optimize=0) for name, source in job["segments"]
+        ]
     except SyntaxError as error:
         write(2, f"SyntaxError: {error}\n".encode(errors="replace"))
         exit_now(1)
@@ -399,6 +431,7 @@ def judge(job: dict) -> None:
 
 
 if __name__ == "__main__":
+
     def main() -> None:
         job = read_job()
         enter_work_dir(job)

@@ -37,8 +37,9 @@ ALLOWED = {
 
 def loaded_by(package: str) -> list[str]:
     probe = PROBE.replace("{project}", repr(set(PROJECT)))
-    out = subprocess.run([sys.executable, "-c", probe, package], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", probe, package], cwd=ROOT, capture_output=True, text=True, timeout=300, check=True
+    ).stdout
     return json.loads(out)
 
 
@@ -60,8 +61,15 @@ def test_the_probe_catches_an_upward_import(tmp_path) -> None:
     (tmp_path / "harness" / "upward.py").write_text("import cluster.suite\n")
     probe = PROBE.replace("{project}", repr(set(PROJECT)))
     env_path = f"{tmp_path}:{ROOT}"
-    out = subprocess.run([sys.executable, "-c", probe, "harness"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300, check=True, env={"PYTHONPATH": env_path, "PATH": ""}).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", probe, "harness"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env={"PYTHONPATH": env_path, "PATH": ""},
+    ).stdout
     assert "cluster" in {m.split(".")[0] for m in json.loads(out)}
 
 
@@ -75,8 +83,9 @@ def project_modules(root: Path, packages: tuple[str, ...] = PROJECT) -> dict[str
     return modules
 
 
-def imported_modules(node: ast.Import | ast.ImportFrom, module: str, is_package: bool,
-                     modules: dict[str, Path]) -> set[str]:
+def imported_modules(
+    node: ast.Import | ast.ImportFrom, module: str, is_package: bool, modules: dict[str, Path]
+) -> set[str]:
     """The project modules one import statement of `module` imports: `from a import b` imports a.b
     if that is a module, else a; a name resolves to its longest prefix that is a module (importing a
     function imports its module); relative imports are resolved against `module`. The parent

@@ -13,7 +13,24 @@ from harness.decoding.speculative import plain_decode, plain_generation, specula
 from harness.decoding.tree import DraftNode, DraftRequest, DraftTree, PreparedTree, Proposer, prepare
 
 __all__ = [
-    "DecodeConfig", "DraftNode", "DraftRequest", "DraftTree", "Generation", "Metrics", "NoiseSource",
-    "PreparedTree", "Proposer", "Rule", "StepRecord", "Transition", "decode_batch", "gumbel", "parse_rule",
-    "plain_decode", "plain_generation", "prepare", "speculative_decode", "speculative_generation",
+    "DecodeConfig",
+    "DraftNode",
+    "DraftRequest",
+    "DraftTree",
+    "Generation",
+    "Metrics",
+    "NoiseSource",
+    "PreparedTree",
+    "Proposer",
+    "Rule",
+    "StepRecord",
+    "Transition",
+    "decode_batch",
+    "gumbel",
+    "parse_rule",
+    "plain_decode",
+    "plain_generation",
+    "prepare",
+    "speculative_decode",
+    "speculative_generation",
 ]

@@ -61,8 +61,10 @@ class DraftChain:
 
     def __post_init__(self) -> None:
         if self.q.ndim != 2 or self.q.shape[0] != len(self.tokens) or self.q.dtype != torch.float64:
-            raise ValueError(f"a draft chain of {len(self.tokens)} tokens needs q of shape [{len(self.tokens)}, V] "
-                             f"in float64, got {tuple(self.q.shape)} {self.q.dtype}")
+            raise ValueError(
+                f"a draft chain of {len(self.tokens)} tokens needs q of shape [{len(self.tokens)}, V] "
+                f"in float64, got {tuple(self.q.shape)} {self.q.dtype}"
+            )
 
 
 @runtime_checkable
@@ -120,14 +122,16 @@ def residual_token(p: Tensor, q: Tensor, noise: Tensor | None) -> int:
     return int(scores.argmax())
 
 
-def ar_rejection_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: DistributionProposer,
-                        config: ARConfig, budget: int) -> Generation:
+def ar_rejection_decode(
+    target: ARTarget, prompt_ids: list[int] | Tensor, proposer: DistributionProposer, config: ARConfig, budget: int
+) -> Generation:
     """One generation, driven alone; `decode_batch` drives many `ar_rejection_generation`s together."""
     return decode_batch(target, [ar_rejection_generation(target, prompt_ids, proposer, config, budget)])[0]
 
 
-def ar_rejection_generation(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: DistributionProposer,
-                            config: ARConfig, budget: int) -> Decoding:
+def ar_rejection_generation(
+    target: ARTarget, prompt_ids: list[int] | Tensor, proposer: DistributionProposer, config: ARConfig, budget: int
+) -> Decoding:
     """The rejection-mode loop (module docstring): one verify forward per pass over the root and the
     chain (yielded as a `Pass`), KV of the accepted prefix kept, the rest dropped, as in the coupled loop."""
     temperature, eos, seed = config.temperature, target.eos_id, config.seed
@@ -150,15 +154,18 @@ def ar_rejection_generation(target: ARTarget, prompt_ids: list[int] | Tensor, pr
             if depth == len(drafted):  # every draft accepted (or none drafted): the bonus token from p
                 token, stop = target_token(logits[depth], noise, temperature, False)[0], LEAF if drafted else NO_DRAFT
                 break
-            p, q_row, x = (target_distribution(logits[depth], temperature), chain.q[depth].to(logits.device),
-                           drafted[depth])
+            p, q_row, x = (
+                target_distribution(logits[depth], temperature),
+                chain.q[depth].to(logits.device),
+                drafted[depth],
+            )
             if not q_row[x] > 0:
                 raise ValueError(f"the proposer drafted token {x} at depth {depth + 1} with q = 0")
             if not accepts(float(p[x]), float(q_row[x]), acceptance_uniform(seed, position + depth)):
                 token, stop = residual_token(p, q_row, noise), TOKEN
                 break
             if x == eos or len(tokens) + 1 == config.gen_length:  # it ends the generation: counted as the
-                token, stop = x, LEAF                                # pass's last commit, as the coupled loop does
+                token, stop = x, LEAF  # pass's last commit, as the coupled loop does
                 break
             tokens.append(x)
             metrics.accepted_per_depth[depth] += 1

@@ -142,8 +142,9 @@ def prepare_ar(tree: DraftTree, budget: int, max_depth: int, eos_id: int) -> Pre
     return PreparedARTree(torch.tensor(tokens, dtype=torch.long), parents, children)
 
 
-def target_token(logits: Tensor, noise: Tensor | None, temperature: float, record: bool
-                 ) -> tuple[int, StepRecord | None]:
+def target_token(
+    logits: Tensor, noise: Tensor | None, temperature: float, record: bool
+) -> tuple[int, StepRecord | None]:
     """The target's token from one row's logits [V] (see the module docstring) and, with `record`,
     how close the decision was: the top-1 minus top-2 probability, and the gap between the two best
     scores in logit units (times T), the unit the lossless check's near-tie tolerance is in."""
@@ -157,14 +158,26 @@ def target_token(logits: Tensor, noise: Tensor | None, temperature: float, recor
     return token, StepRecord(float(probs[0] - probs[1]), gap)
 
 
-def ar_decode(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProposer, config: ARConfig,
-              budget: int, trace: bool = False) -> Generation:
+def ar_decode(
+    target: ARTarget,
+    prompt_ids: list[int] | Tensor,
+    proposer: ARProposer,
+    config: ARConfig,
+    budget: int,
+    trace: bool = False,
+) -> Generation:
     """One generation, driven alone; `decode_batch` drives many `ar_generation`s together."""
     return decode_batch(target, [ar_generation(target, prompt_ids, proposer, config, budget, trace)])[0]
 
 
-def ar_generation(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: ARProposer, config: ARConfig,
-                  budget: int, trace: bool = False) -> Decoding:
+def ar_generation(
+    target: ARTarget,
+    prompt_ids: list[int] | Tensor,
+    proposer: ARProposer,
+    config: ARConfig,
+    budget: int,
+    trace: bool = False,
+) -> Decoding:
     """The AR loop (module docstring), yielding each target pass (`Pass` with the tree's parents).
     `trace` keeps a `StepRecord` per token (the reference does)."""
     temperature, eos = config.temperature, target.eos_id
@@ -181,8 +194,7 @@ def ar_generation(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: AR
         logits = yield Pass(session, tree.tokens, list(tree.parents))  # one target pass over root + nodes
         row, depth, path = 0, 0, []
         while True:
-            token, record = target_token(logits[row], noise(position + depth)[0] if noise else None, temperature,
-                                         trace)
+            token, record = target_token(logits[row], noise(position + depth)[0] if noise else None, temperature, trace)
             tokens.append(token)
             if record is not None:  # traced
                 records.append(record)
@@ -192,8 +204,13 @@ def ar_generation(target: ARTarget, prompt_ids: list[int] | Tensor, proposer: AR
             metrics.accepted_per_depth[depth] += 1
             row, depth = child, depth + 1
             path.append(child)
-        stop = (NO_DRAFT if not tree.parents else
-                TOKEN if child is None and any(r == row for r, _ in tree.children) else LEAF)
+        stop = (
+            NO_DRAFT
+            if not tree.parents
+            else TOKEN
+            if child is None and any(r == row for r, _ in tree.children)
+            else LEAF
+        )
         log.end_pass(session, len(tree.parents), path, token, stop)
     return log.generation(session, eos, records if trace else None)
 
@@ -230,8 +247,9 @@ class PassLog:
     stops: list[str] = field(default_factory=list)
 
     @classmethod
-    def begin(cls, target: ARTarget, prompt_ids: list[int] | Tensor, proposer: object, config: ARConfig,
-              budget: int) -> tuple[PassLog, ARSession]:
+    def begin(
+        cls, target: ARTarget, prompt_ids: list[int] | Tensor, proposer: object, config: ARConfig, budget: int
+    ) -> tuple[PassLog, ARSession]:
         """A generation's start: the target's session over the prompt, and the log, whose draft-forward
         count starts here."""
         if budget < 0:
@@ -250,14 +268,20 @@ class PassLog:
         """The most drafts this pass could commit: the tokens left, less the pass's own token."""
         return self.gen_length - len(self.tokens) - 1
 
-    def draft(self, propose: Callable[[ARDraftRequest], D], session: ARSession, noise: PositionNoise | None,
-              temperature: float) -> D:
+    def draft(
+        self,
+        propose: Callable[[ARDraftRequest], D],
+        session: ARSession,
+        noise: PositionNoise | None,
+        temperature: float,
+    ) -> D:
         """The proposer's draft for this pass (timed as proposer time): the context so far, at most
         min(budget, `left`) drafts."""
         context = torch.cat([self.prompt, torch.tensor(self.tokens, dtype=torch.long)])
         before = time.perf_counter()
-        draft = propose(ARDraftRequest(context, self.prompt.numel(), noise, temperature,
-                                       min(self.budget, self.left()), session))
+        draft = propose(
+            ARDraftRequest(context, self.prompt.numel(), noise, temperature, min(self.budget, self.left()), session)
+        )
         self.metrics.proposer_s += time.perf_counter() - before
         return draft
 
@@ -276,8 +300,15 @@ class PassLog:
         metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(self.tokens)
         count_draft_forwards(metrics, self.proposer, self.forwards_before)
         steps = [Transition((i,), (t,)) for i, t in enumerate(self.tokens)]
-        return Generation(torch.tensor(self.tokens, dtype=torch.long), steps, self.pass_commits, records, metrics,
-                          eos, stops=self.stops)
+        return Generation(
+            torch.tensor(self.tokens, dtype=torch.long),
+            steps,
+            self.pass_commits,
+            records,
+            metrics,
+            eos,
+            stops=self.stops,
+        )
 
 
 class NoARDraft:

@@ -48,8 +48,11 @@ class Pass:
 
     def alone(self) -> Any:
         """The pass as its session's own `forward`."""
-        return self.session.forward(self.states) if self.parents is None else self.session.forward(self.states,
-                                                                                                    self.parents)
+        return (
+            self.session.forward(self.states)
+            if self.parents is None
+            else self.session.forward(self.states, self.parents)
+        )
 
     def inputs(self) -> tuple:
         return (self.session, self.states) if self.parents is None else (self.session, self.states, self.parents)

@@ -53,10 +53,15 @@ def check_numbers(config: object, kinds: dict[str, object]) -> None:
 
 def check_rule(rule: Rule) -> None:
     """A threshold inside the range of the rule's confidences, where it means what it says."""
-    if (rule.name == "threshold" and rule.confidence in BOUNDED_CONFIDENCES
-            and (rule.tau is None or not 0 < rule.tau <= 1)):
-        raise UserError(f"rule {rule} has tau outside (0, 1], the range of {rule.confidence} confidences; "
-                        "give a tau in (0, 1], e.g. threshold:0.9")
+    if (
+        rule.name == "threshold"
+        and rule.confidence in BOUNDED_CONFIDENCES
+        and (rule.tau is None or not 0 < rule.tau <= 1)
+    ):
+        raise UserError(
+            f"rule {rule} has tau outside (0, 1], the range of {rule.confidence} confidences; "
+            "give a tau in (0, 1], e.g. threshold:0.9"
+        )
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,8 @@ def replay(plain: Generation, proposer: Proposer, config: DecodeConfig, budget: 
     generation = speculative_decode(target, [0], proposer, config, budget)  # type: ignore[arg-type]
     generation.answer_length = plain.answer_length
     if generation.steps != plain.steps:
-        raise ValueError("the replay left the recorded plain trajectory: the plain generation is not this "
-                         "config's (rule, temperature, seed, geometry)")
+        raise ValueError(
+            "the replay left the recorded plain trajectory: the plain generation is not this "
+            "config's (rule, temperature, seed, geometry)"
+        )
     return generation

@@ -37,9 +37,7 @@ class Transition:
     tokens: tuple[int, ...]
 
     def __post_init__(self) -> None:
-        if len(self.positions) != len(self.tokens) or any(
-            a >= b for a, b in zip(self.positions, self.positions[1:])
-        ):
+        if len(self.positions) != len(self.tokens) or any(a >= b for a, b in zip(self.positions, self.positions[1:])):
             raise ValueError(f"malformed transition {self}")
 
     def apply(self, state: Tensor) -> Tensor:
@@ -185,7 +183,7 @@ class Rule:
 
 
 def parse_rule(text: str, family: FamilySpec, mask_id: int) -> Rule:
-    """"top1" or "threshold:TAU", with the family's confidence and strictness conventions."""
+    """ "top1" or "threshold:TAU", with the family's confidence and strictness conventions."""
     name, _, arg = text.partition(":")
     if name == "top1" and not arg:
         return Rule("top1", mask_id, family.confidence)

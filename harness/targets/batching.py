@@ -169,14 +169,23 @@ def forward_trees(target: Any, passes: Sequence[tuple[Any, Tensor, Sequence[int]
             mask = mask.masked_fill(~allowed, torch.finfo(target.dtype).min)
             scored = [1 + len(passes[i][2]) for i in members]
             cache = DynamicCache(past) if past else DynamicCache()
-            logits = target.model(input_ids=ids, position_ids=positions, attention_mask=mask, cache=cache,
-                                  use_cache=True, logits_to_keep=max(scored)).logits
+            logits = target.model(
+                input_ids=ids,
+                position_ids=positions,
+                attention_mask=mask,
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=max(scored),
+            ).logits
             for row, (session, i, rows, (new, _, _), old) in enumerate(zip(sessions, members, scored, inputs, caches)):
                 out[i] = logits[row, logits.shape[1] - rows :]
                 kept = []
                 for n, layer in enumerate(kv_layers(cache)):
                     k, v = layer.keys[row : row + 1, :, -new.numel() :], layer.values[row : row + 1, :, -new.numel() :]
-                    kept.append((torch.cat([old[n][0], k], dim=-2), torch.cat([old[n][1], v], dim=-2)) if old
-                                else (k.clone(), v.clone()))
+                    kept.append(
+                        (torch.cat([old[n][0], k], dim=-2), torch.cat([old[n][1], v], dim=-2))
+                        if old
+                        else (k.clone(), v.clone())
+                    )
                 session.cache = DynamicCache(kept)
     return out  # type: ignore[return-value]

@@ -45,9 +45,13 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tok
 """Non-persistent buffers that some older exports still contain; they carry no weights."""
 
 
-def load_checkpoint(folder: str | Path, dtype: torch.dtype = torch.float32,
-                    device: torch.device | str = "cpu", mask_id: int | None = None,
-                    eos_id: int | None = None) -> DLMTarget:
+def load_checkpoint(
+    folder: str | Path,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    mask_id: int | None = None,
+    eos_id: int | None = None,
+) -> DLMTarget:
     """Read a checkpoint folder into a `DLMTarget` with weights in `dtype` on `device`. The model is
     built on the meta device and every tensor is read from its shard straight onto `device`, so an 8B
     checkpoint never needs a second full copy in host memory. `mask_id` / `eos_id` (the `--mask-id` /
@@ -67,8 +71,9 @@ def load_checkpoint(folder: str | Path, dtype: torch.dtype = torch.float32,
     return DLMTarget(model, family_spec(fmt.family), mask_id, eos_id, tokenizer, name=str(folder))
 
 
-def read_head(folder: Path, mask_id: int | None = None, eos_id: int | None = None,
-              flags: dict[str, str] | None = None) -> tuple[CheckpointFormat, ModelConfig, Any, int, int]:
+def read_head(
+    folder: Path, mask_id: int | None = None, eos_id: int | None = None, flags: dict[str, str] | None = None
+) -> tuple[CheckpointFormat, ModelConfig, Any, int, int]:
     """Everything of a checkpoint folder but its weights, checked: format, config, tokenizer (None
     without tokenizer files), mask and eos ids (the overrides, checked against the vocabulary). What a
     run checks before any worker loads the weights; `flags` names the overrides in messages
@@ -120,21 +125,25 @@ def _check_round_trip(fmt: CheckpointFormat, cfg: ModelConfig, raw: dict, path: 
     """The written config must read back as the same architecture, else the format cannot
     express the model (e.g. a qk-norm model as LLaDA) and saving would publish a different one."""
     back = fmt.read_config(ConfigReader(raw, path))
-    differ = [f.name for f in dataclasses.fields(cfg)
-              if f.compare and getattr(cfg, f.name) != getattr(back, f.name)]
+    differ = [f.name for f in dataclasses.fields(cfg) if f.compare and getattr(cfg, f.name) != getattr(back, f.name)]
     if differ:
-        raise UserError(f"the {fmt.family} checkpoint format cannot express this model "
-                        f"(it would change: {', '.join(differ)})")
+        raise UserError(
+            f"the {fmt.family} checkpoint format cannot express this model (it would change: {', '.join(differ)})"
+        )
 
 
 def _check_geometry(cfg: ModelConfig, path: Path) -> None:
     """Sizes the forward pass needs to be consistent, refused here rather than failing mid-pass."""
     rotary = int(cfg.head_dim * cfg.partial_rotary_factor)
     problems = [
-        (cfg.num_kv_heads == 0 or cfg.num_heads % cfg.num_kv_heads != 0,
-         f"{cfg.num_heads} attention heads do not split into {cfg.num_kv_heads} key/value heads"),
-        (rotary <= 0 or rotary % 2 != 0 or rotary > cfg.head_dim,
-         f"rotary dimension {rotary} must be even and within head_dim {cfg.head_dim}"),
+        (
+            cfg.num_kv_heads == 0 or cfg.num_heads % cfg.num_kv_heads != 0,
+            f"{cfg.num_heads} attention heads do not split into {cfg.num_kv_heads} key/value heads",
+        ),
+        (
+            rotary <= 0 or rotary % 2 != 0 or rotary > cfg.head_dim,
+            f"rotary dimension {rotary} must be even and within head_dim {cfg.head_dim}",
+        ),
     ]
     for bad, message in problems:
         if bad:
@@ -200,8 +209,10 @@ def _read_weights(
     unexpected = sorted(present - set(names) - ({"lm_head.weight"} if tied else set()))
     if unexpected:
         more = f" and {len(unexpected) - 1} more" if len(unexpected) > 1 else ""
-        raise UserError(f"{located[unexpected[0]]}: unexpected tensor {unexpected[0]}{more} "
-                        f"(not part of this {CONFIG}'s architecture)")
+        raise UserError(
+            f"{located[unexpected[0]]}: unexpected tensor {unexpected[0]}{more} "
+            f"(not part of this {CONFIG}'s architecture)"
+        )
     by_file: dict[Path, list[str]] = defaultdict(list)
     for name in names:
         by_file[located[name]].append(name)
@@ -228,8 +239,7 @@ def _split(
     parts = [shapes[o] for o in ours]
     expected = (sum(p[0] for p in parts), *parts[0][1:])
     if tuple(tensor.shape) != expected:
-        raise UserError(f"{path}: tensor {name} has shape {list(tensor.shape)}, "
-                        f"but {CONFIG} implies {list(expected)}")
+        raise UserError(f"{path}: tensor {name} has shape {list(tensor.shape)}, but {CONFIG} implies {list(expected)}")
     pieces = tensor.to(dtype).split([p[0] for p in parts])
     # A copy even where the piece is already contiguous: safetensors may hand back a tensor at any
     # byte offset of the file, and CPU kernels round differently on unaligned rows (last-bit logits).
@@ -285,21 +295,33 @@ def _load_tokenizer(folder: Path, family: str) -> Any:
         except Exception as fallback:  # noqa: BLE001 - the tokenizers library raises a bare Exception
             problem = fallback
         first_line = (str(problem).strip().splitlines() or [type(problem).__name__])[0]
-        raise UserError(f"{folder}: no loadable tokenizer files ({first_line}); fix or remove the tokenizer "
-                        "files (without any, the folder decodes token ids)") from None
+        raise UserError(
+            f"{folder}: no loadable tokenizer files ({first_line}); fix or remove the tokenizer "
+            "files (without any, the folder decodes token ids)"
+        ) from None
 
 
 def _token_ids(
-    raw: dict[str, Any], tokenizer: Any, fmt: CheckpointFormat, cfg: ModelConfig, path: Path,
-    mask_override: int | None, eos_override: int | None, flags: dict[str, str],
+    raw: dict[str, Any],
+    tokenizer: Any,
+    fmt: CheckpointFormat,
+    cfg: ModelConfig,
+    path: Path,
+    mask_override: int | None,
+    eos_override: int | None,
+    flags: dict[str, str],
 ) -> tuple[int, int]:
     """Mask and eos ids: the override (a flag), then config.json (the published configs carry them),
     then the tokenizer's special tokens, then (mask only) the family's published default when the
     vocabulary has room for it."""
     default_mask = family_spec(fmt.family).default_mask_id
     candidates = {
-        "mask": [mask_override, raw.get("mask_token_id"), getattr(tokenizer, "mask_token_id", None),
-                 default_mask if default_mask < cfg.vocab_size else None],
+        "mask": [
+            mask_override,
+            raw.get("mask_token_id"),
+            getattr(tokenizer, "mask_token_id", None),
+            default_mask if default_mask < cfg.vocab_size else None,
+        ],
         "eos": [eos_override, raw.get("eos_token_id"), getattr(tokenizer, "eos_token_id", None)],
     }
     found = {kind: next((v for v in values if v is not None and v != []), None) for kind, values in candidates.items()}
@@ -307,9 +329,11 @@ def _token_ids(
     if missing:  # every missing id at once, and where it was looked for
         flag = [flags.get(f"{kind}_id", f"--{kind}-id") for kind in missing]
         tokenizer_says = "the tokenizer names none" if tokenizer is not None else "the folder has no tokenizer"
-        raise UserError(f"{path}: no {' and no '.join(missing)} token id ({CONFIG} has no "
-                        f"{' or '.join(k + '_token_id' for k in missing)} and {tokenizer_says}); give "
-                        f"{'it' if len(missing) == 1 else 'them'} with {' and '.join(flag)}")
+        raise UserError(
+            f"{path}: no {' and no '.join(missing)} token id ({CONFIG} has no "
+            f"{' or '.join(k + '_token_id' for k in missing)} and {tokenizer_says}); give "
+            f"{'it' if len(missing) == 1 else 'them'} with {' and '.join(flag)}"
+        )
     ids = []
     for kind, value in found.items():
         if isinstance(value, list):  # eos_token_id may list several stop tokens
@@ -321,6 +345,8 @@ def _token_ids(
 def check_token_id(value: Any, vocab_size: int, what: str, flag: str) -> int:
     """`value` as a token id of a vocabulary of `vocab_size`, else a one-line error naming `flag`."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocab_size:
-        raise UserError(f"{what} {value!r} is not a token id of this target's vocabulary "
-                        f"(0..{vocab_size - 1}); give {flag} below {vocab_size}")
+        raise UserError(
+            f"{what} {value!r} is not a token id of this target's vocabulary "
+            f"(0..{vocab_size - 1}); give {flag} below {vocab_size}"
+        )
     return value

@@ -55,8 +55,10 @@ def model_config(config: Any, where: str) -> ModelConfig:
     not implement (another architecture, scaled or windowed attention)."""
     model_type = getattr(config, "model_type", None)
     if model_type not in CONVERTIBLE:
-        raise UserError(f"{where}: cannot convert model_type {model_type!r}; the converter knows "
-                        f"{', '.join(sorted(CONVERTIBLE))} causal LMs")
+        raise UserError(
+            f"{where}: cannot convert model_type {model_type!r}; the converter knows "
+            f"{', '.join(sorted(CONVERTIBLE))} causal LMs"
+        )
     rope = dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {})
     theta = rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))
     if rope.get("rope_type", rope.get("type", "default")) != "default":
@@ -67,11 +69,15 @@ def model_config(config: Any, where: str) -> ModelConfig:
         raise UserError(f"{where}: only SwiGLU (silu, no bias) feed-forward layers are supported")
     heads = config.num_attention_heads
     return ModelConfig(
-        vocab_size=config.vocab_size, hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size, num_layers=config.num_hidden_layers,
-        num_heads=heads, num_kv_heads=getattr(config, "num_key_value_heads", None) or heads,
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_layers=config.num_hidden_layers,
+        num_heads=heads,
+        num_kv_heads=getattr(config, "num_key_value_heads", None) or heads,
         head_dim=getattr(config, "head_dim", None) or config.hidden_size // heads,
-        rope_theta=float(theta), rms_norm_eps=float(config.rms_norm_eps),
+        rope_theta=float(theta),
+        rms_norm_eps=float(config.rms_norm_eps),
         tie_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
         **CONVERTIBLE[model_type],
     )
@@ -122,8 +128,7 @@ def save_converted(target: DLMTarget, folder: Path, meta: dict, report: dict | N
     staging = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    tensors = {k: v.detach().to("cpu", torch.float32).contiguous()
-               for k, v in adapter.lora_state(target.model).items()}
+    tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in adapter.lora_state(target.model).items()}
     save_file(tensors, str(staging / ADAPTER_FILE))
     record = {"format": FORMAT, "mask_id": target.mask_id, "eos_id": target.eos_id} | meta
     (staging / CONVERTED_FILE).write_text(json.dumps(record, indent=2) + "\n")
@@ -141,18 +146,27 @@ def read_meta(folder: Path) -> dict:
         raise UserError(f"{path}: not a readable converted-target record ({error})") from None
     required = ("format", "base", "base_hash", "mask_id", "eos_id", "rank", "alpha")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT or any(k not in meta for k in required):
-        raise UserError(f"{path}: not a {FORMAT} record (needs {', '.join(required)}); write one with "
-                        "spotbench convert")
+        raise UserError(
+            f"{path}: not a {FORMAT} record (needs {', '.join(required)}); write one with spotbench convert"
+        )
     if not (folder / ADAPTER_FILE).is_file():
         raise UserError(f"{folder}: {ADAPTER_FILE} is missing; the folder is not a complete converted target")
-    kinds: dict[str, type | tuple[type, ...]] = {"base": str, "base_hash": str, "mask_id": int, "eos_id": int,
-                                                 "rank": int, "alpha": (int, float)}
+    kinds: dict[str, type | tuple[type, ...]] = {
+        "base": str,
+        "base_hash": str,
+        "mask_id": int,
+        "eos_id": int,
+        "rank": int,
+        "alpha": (int, float),
+    }
     for key, kind in kinds.items():
         value = meta[key]
         nonpositive = key in ("rank", "alpha") and isinstance(value, (int, float)) and value <= 0
         if isinstance(value, bool) or not isinstance(value, kind) or nonpositive:
-            raise UserError(f"{path}: {key} is {value!r}, not a valid {key.replace('_', ' ')}; write the record "
-                            "with spotbench convert")
+            raise UserError(
+                f"{path}: {key} is {value!r}, not a valid {key.replace('_', ' ')}; write the record "
+                "with spotbench convert"
+            )
     return meta
 
 
@@ -163,13 +177,16 @@ def check_converted(folder: Path) -> None:
 
     meta = read_meta(folder)
     if not is_ar_name(meta["base"]):
-        raise UserError(f"{folder / CONVERTED_FILE}: base {meta['base']!r} is not an autoregressive target this "
-                        "machine can load; install it or fix the record's base")
+        raise UserError(
+            f"{folder / CONVERTED_FILE}: base {meta['base']!r} is not an autoregressive target this "
+            "machine can load; install it or fix the record's base"
+        )
     check_ar_name(meta["base"])
 
 
-def load_converted(folder: str | Path, dtype: torch.dtype, device: torch.device,
-                   mask_id: int | None = None, eos_id: int | None = None) -> DLMTarget:
+def load_converted(
+    folder: str | Path, dtype: torch.dtype, device: torch.device, mask_id: int | None = None, eos_id: int | None = None
+) -> DLMTarget:
     """The converted target in `folder`: its base loaded by name (`smollm2`, a causal-LM folder),
     checked against the recorded weights hash, with the adapter applied."""
     from safetensors import SafetensorError
@@ -183,9 +200,11 @@ def load_converted(folder: str | Path, dtype: torch.dtype, device: torch.device,
     base = load_ar_target(meta["base"], device, torch.float32)
     found = adapter.weights_hash(base.model)
     if found != meta["base_hash"]:
-        raise UserError(f"{folder} is a delta over base {meta['base']!r} with weights hash {meta['base_hash']}, "
-                        f"but those weights hash {found}; install the base it was converted from "
-                        "(docs/converted.md) or convert this base with spotbench convert")
+        raise UserError(
+            f"{folder} is a delta over base {meta['base']!r} with weights hash {meta['base_hash']}, "
+            f"but those weights hash {found}; install the base it was converted from "
+            "(docs/converted.md) or convert this base with spotbench convert"
+        )
     try:
         weights = load_file(str(folder / ADAPTER_FILE))
     except (SafetensorError, OSError) as error:

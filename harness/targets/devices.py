@@ -33,8 +33,10 @@ def resolve_device(text: str = "auto") -> torch.device:
         if not torch.cuda.is_available():
             raise UserError(f"--device {text}: no CUDA GPU is visible to this process; use --device cpu or auto")
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise UserError(f"--device {text}: this process sees {torch.cuda.device_count()} GPU(s); "
-                            f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+            raise UserError(
+                f"--device {text}: this process sees {torch.cuda.device_count()} GPU(s); "
+                f"use cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+            )
     return device
 
 
@@ -53,9 +55,11 @@ def check_fits(parameters: int, dtype: torch.dtype, device: torch.device, what: 
     free, _ = torch.cuda.mem_get_info(device)
     needed = parameters * torch.finfo(dtype).bits // 8
     if needed > free:
-        raise UserError(f"{what} needs {needed / 2**30:.1f} GiB of weights in {str(dtype).removeprefix('torch.')} "
-                        f"but {device} has {free / 2**30:.1f} GiB free; use a smaller --dtype, another GPU or "
-                        "a GPU with more memory")
+        raise UserError(
+            f"{what} needs {needed / 2**30:.1f} GiB of weights in {str(dtype).removeprefix('torch.')} "
+            f"but {device} has {free / 2**30:.1f} GiB free; use a smaller --dtype, another GPU or "
+            "a GPU with more memory"
+        )
 
 
 def parameters(cfg: Any) -> int:
@@ -71,8 +75,16 @@ def parameters(cfg: Any) -> int:
     return cfg.vocab_size * h + cfg.num_layers * attention + feed_forward + head
 
 
-def batch_memory(cfg: Any, full_attention: bool, batch_size: int, rows_per_prompt: int, prompt_tokens: int,
-                 gen_length: int, block_length: int, dtype: torch.dtype) -> int:
+def batch_memory(
+    cfg: Any,
+    full_attention: bool,
+    batch_size: int,
+    rows_per_prompt: int,
+    prompt_tokens: int,
+    gen_length: int,
+    block_length: int,
+    dtype: torch.dtype,
+) -> int:
     """Bytes a worker needs to decode `batch_size` prompts together (an estimate, from the config
     alone): the weights, every prompt's key/value store, and the largest pass: `rows_per_prompt` rows
     per prompt (1 + the largest budget), each over the whole sequence (full attention) or a block
@@ -95,9 +107,11 @@ def batch_memory(cfg: Any, full_attention: bool, batch_size: int, rows_per_promp
 def check_batch_fits(needed: int, free: int, what: str) -> None:
     """Refuse a batch whose estimated memory exceeds what a worker has free, with the estimate."""
     if needed > free:
-        raise UserError(f"{what} needs about {needed / 2**30:.1f} GiB per worker (estimated: weights, key/value "
-                        f"stores and the largest pass), but a worker has {free / 2**30:.1f} GiB; use a smaller "
-                        "--batch-size, fewer workers or a device with more memory")
+        raise UserError(
+            f"{what} needs about {needed / 2**30:.1f} GiB per worker (estimated: weights, key/value "
+            f"stores and the largest pass), but a worker has {free / 2**30:.1f} GiB; use a smaller "
+            "--batch-size, fewer workers or a device with more memory"
+        )
 
 
 def available_memory() -> int:

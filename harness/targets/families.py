@@ -44,8 +44,7 @@ FAMILIES: dict[str, FamilySpec] = {
     "llada": FamilySpec("llada", "bidirectional", False, False, "prob", False, 126336),
     "dream": FamilySpec("dream", "bidirectional", True, False, "tempered_prob", False, 151666),
     "sdar": FamilySpec("sdar", "block_causal", False, True, "prob", False, 151669),
-    "llada2": FamilySpec("llada2", "block_causal", False, True, "prob", True, 156895,
-                         answer_cut_at_gen_length=True),
+    "llada2": FamilySpec("llada2", "block_causal", False, True, "prob", True, 156895, answer_cut_at_gen_length=True),
     "converted": FamilySpec("converted", "block_causal", True, True, "prob", False, -1, causal_context=True),
 }
 

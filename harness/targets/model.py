@@ -88,13 +88,9 @@ class SigmoidMoE(nn.Module):
         self.cfg = moe
         self.gate = nn.Linear(hidden, moe.num_experts, bias=False)
         self.register_buffer("expert_bias", torch.zeros(moe.num_experts))
-        self.experts = nn.ModuleList(
-            SwiGLU(hidden, moe.moe_intermediate_size) for _ in range(moe.num_experts)
-        )
+        self.experts = nn.ModuleList(SwiGLU(hidden, moe.moe_intermediate_size) for _ in range(moe.num_experts))
         self.shared = (
-            SwiGLU(hidden, moe.moe_intermediate_size * moe.num_shared_experts)
-            if moe.num_shared_experts
-            else None
+            SwiGLU(hidden, moe.moe_intermediate_size * moe.num_shared_experts) if moe.num_shared_experts else None
         )
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -182,9 +178,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
 
-    def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, attend: Tensor | None, past: KV | None
-    ) -> tuple[Tensor, KV]:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: Tensor | None, past: KV | None) -> tuple[Tensor, KV]:
         cfg = self.cfg
         rows, length, _ = x.shape
         q = self.q_proj(x).view(rows, length, cfg.num_heads, cfg.head_dim).transpose(1, 2)
@@ -200,9 +194,7 @@ class Attention(nn.Module):
             k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
         groups = cfg.num_heads // cfg.num_kv_heads
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attend, scale=1.0 / math.sqrt(cfg.head_dim)
-        )
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attend, scale=1.0 / math.sqrt(cfg.head_dim))
         return self.o_proj(out.transpose(1, 2).reshape(rows, length, -1)), new_kv
 
 
@@ -215,9 +207,7 @@ class DecoderLayer(nn.Module):
         moe = cfg.moe if cfg.moe is not None and layer_index >= cfg.moe.first_k_dense_replace else None
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size) if moe is None else SigmoidMoE(cfg.hidden_size, moe)
 
-    def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, attend: Tensor | None, past: KV | None
-    ) -> tuple[Tensor, KV]:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: Tensor | None, past: KV | None) -> tuple[Tensor, KV]:
         attn_out, kv = self.attn(self.input_norm(x), cos, sin, attend, past)
         h = x + attn_out
         return h + self.mlp(self.post_attn_norm(h)), kv

@@ -41,8 +41,10 @@ def family_of(name: str) -> FamilySpec:
     try:
         return family(detect_format(json.loads(config.read_text(encoding="utf-8")), config).family)
     except (OSError, ValueError):
-        raise UserError(f"unknown target {name!r}: no readable {config}; give a zoo model, "
-                        "tiny-random:<family>[:seed] or a checkpoint folder") from None
+        raise UserError(
+            f"unknown target {name!r}: no readable {config}; give a zoo model, "
+            "tiny-random:<family>[:seed] or a checkpoint folder"
+        ) from None
 
 
 def check_lengths_for(name: str, gen_length: int, block_length: int) -> None:
@@ -50,8 +52,9 @@ def check_lengths_for(name: str, gen_length: int, block_length: int) -> None:
     check_geometry(family_of(name), gen_length, block_length)
 
 
-def load_target(name: str, device: str = "cpu", dtype: str = "float32", mask_id: int | None = None,
-                eos_id: int | None = None) -> DLMTarget | ARTarget:
+def load_target(
+    name: str, device: str = "cpu", dtype: str = "float32", mask_id: int | None = None, eos_id: int | None = None
+) -> DLMTarget | ARTarget:
     """`device` and `dtype` as the flags spell them (`auto` allowed; `harness.targets.devices`).
     Checkpoint weights go straight to the device, tensor by tensor, without a full copy on the host.
     `mask_id` / `eos_id` override the target's own ids (`--mask-id` / `--eos-id`)."""

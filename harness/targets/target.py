@@ -99,8 +99,7 @@ class DLMTarget:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True)
         model = copy.deepcopy(self.model).to(torch.float64)
-        return DLMTarget(model, self.family, self.mask_id, self.eos_id, self.tokenizer,
-                         self.name, rowwise=True)
+        return DLMTarget(model, self.family, self.mask_id, self.eos_id, self.tokenizer, self.name, rowwise=True)
 
     def start(self, prompt_ids: list[int] | Tensor, gen_length: int, block_length: int) -> TargetSession:
         prompt = torch.as_tensor(prompt_ids, dtype=torch.long, device=self.device)
@@ -213,8 +212,9 @@ class TargetSession:
         size = self.block_length
         start = self.block_start - (1 if self.target.family.shifted_logits else 0)
         future = self.block_index + 1 < self.num_blocks
-        return BlockLogits(logits[:, start : start + size],
-                           logits[:, start + size : start + 2 * size] if future else None)
+        return BlockLogits(
+            logits[:, start : start + size], logits[:, start + size : start + 2 * size] if future else None
+        )
 
     def _block_causal(self, states: Tensor) -> BlockLogits:
         tokens, positions, attend, adapted = self.causal_inputs(states)
@@ -305,8 +305,9 @@ def forward_sessions(passes: Sequence[tuple[TargetSession, Tensor]]) -> list[Blo
             groups.setdefault(tokens.shape[1], []).append(index)
         out: list[BlockLogits | None] = [None] * len(passes)
         for members in groups.values():
-            for index, logits in zip(members, _causal_together(target, [sessions[i] for i in members],
-                                                               [inputs[i] for i in members])):
+            for index, logits in zip(
+                members, _causal_together(target, [sessions[i] for i in members], [inputs[i] for i in members])
+            ):
                 out[index] = logits
         return cast(list[BlockLogits], out)  # every pass is in one group
 
@@ -322,8 +323,9 @@ def _full_together(target: DLMTarget, sessions: list[TargetSession], states: lis
     return out
 
 
-def _causal_together(target: DLMTarget, sessions: list[TargetSession],
-                     inputs: list[tuple[Tensor, Tensor, Tensor, Tensor | None]]) -> list[BlockLogits]:
+def _causal_together(
+    target: DLMTarget, sessions: list[TargetSession], inputs: list[tuple[Tensor, Tensor, Tensor, Tensor | None]]
+) -> list[BlockLogits]:
     if len(sessions) == 1:
         tokens, positions, attend, adapted = inputs[0]
         return [sessions[0].causal_logits(*target.model(tokens, positions, attend, sessions[0].cached, adapted))]
@@ -343,5 +345,7 @@ def check_geometry(family: FamilySpec, gen_length: int, block_length: int) -> No
     if block_length <= 0 or gen_length <= 0:
         raise UserError(f"gen_length ({gen_length}) and block_length ({block_length}) must be positive")
     if family.attention != "block_causal" and gen_length % block_length:
-        raise UserError(f"gen_length ({gen_length}) must be a multiple of block_length ({block_length}) for "
-                        f"{family.name} targets, whose blocks start at the answer; change one of them")
+        raise UserError(
+            f"gen_length ({gen_length}) must be a multiple of block_length ({block_length}) for "
+            f"{family.name} targets, whose blocks start at the answer; change one of them"
+        )

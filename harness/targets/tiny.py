@@ -40,11 +40,11 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def tiny_config(family_name: str, vocab_size: int) -> ModelConfig:
-    common: dict[str, Any] = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_layers=2,
-                  num_heads=4, head_dim=16)
+    common: dict[str, Any] = dict(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, head_dim=16
+    )
     if family_name == "llada":
-        return ModelConfig(num_kv_heads=4, rope_theta=500000.0, rms_norm_eps=1e-5,
-                           rope_full_precision=True, **common)
+        return ModelConfig(num_kv_heads=4, rope_theta=500000.0, rms_norm_eps=1e-5, rope_full_precision=True, **common)
     if family_name == "dream":
         return ModelConfig(num_kv_heads=2, qkv_bias=True, **common)
     if family_name == "sdar":
@@ -52,9 +52,16 @@ def tiny_config(family_name: str, vocab_size: int) -> ModelConfig:
     if family_name == "converted":  # a Llama-style base (SmolLM2's switches) with an adapter
         return ModelConfig(num_kv_heads=2, rope_theta=100000.0, rms_norm_eps=1e-5, tie_embeddings=True, **common)
     if family_name == "llada2":
-        moe = MoEConfig(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
-                        num_shared_experts=1, n_group=4, topk_group=2, routed_scaling_factor=2.5,
-                        first_k_dense_replace=1)
+        moe = MoEConfig(
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            num_shared_experts=1,
+            n_group=4,
+            topk_group=2,
+            routed_scaling_factor=2.5,
+            first_k_dense_replace=1,
+        )
         return ModelConfig(num_kv_heads=2, qk_norm=True, partial_rotary_factor=0.5, moe=moe, **common)
     raise UserError(f"no tiny configuration for family {family_name!r}")
 

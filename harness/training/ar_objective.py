@@ -23,10 +23,17 @@ from harness.errors import UserError
 from harness.training.objective import Example
 
 AR_FAMILY = "ar"
-LLAMA_KEYS = {"hidden_size": "hidden_size", "intermediate_size": "intermediate_size",
-              "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
-              "num_kv_heads": "num_key_value_heads", "head_dim": "head_dim", "rope_theta": "rope_theta",
-              "rms_norm_eps": "rms_norm_eps", "tie_embeddings": "tie_word_embeddings"}
+LLAMA_KEYS = {
+    "hidden_size": "hidden_size",
+    "intermediate_size": "intermediate_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+    "head_dim": "head_dim",
+    "rope_theta": "rope_theta",
+    "rms_norm_eps": "rms_norm_eps",
+    "tie_embeddings": "tie_word_embeddings",
+}
 
 
 def ar_model(options: dict[str, Any], tokenizer: Any, recipe_name: str) -> Any:
@@ -35,11 +42,18 @@ def ar_model(options: dict[str, Any], tokenizer: Any, recipe_name: str) -> Any:
 
     unsupported = sorted(k for k, v in options.items() if k not in LLAMA_KEYS and v)
     if unsupported:
-        raise UserError(f"recipe {recipe_name}: family ar is a Llama causal LM; drop {', '.join(unsupported)} "
-                        f"(its settings: {', '.join(LLAMA_KEYS)})")
-    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=4096, bos_token_id=None,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         **{LLAMA_KEYS[k]: v for k, v in options.items() if k in LLAMA_KEYS})
+        raise UserError(
+            f"recipe {recipe_name}: family ar is a Llama causal LM; drop {', '.join(unsupported)} "
+            f"(its settings: {', '.join(LLAMA_KEYS)})"
+        )
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        max_position_embeddings=4096,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **{LLAMA_KEYS[k]: v for k, v in options.items() if k in LLAMA_KEYS},
+    )
     return LlamaForCausalLM(config)
 
 

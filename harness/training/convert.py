@@ -87,8 +87,10 @@ class ConvertRecipe:
         """What the schema cannot say: a block of one position is autoregressive decoding (its only
         token is predicted by the clean row before it), so there is nothing to train."""
         if self.block_length < 2:
-            raise UserError(f"{where}: block_length {self.block_length} leaves the adapter nothing to learn (the "
-                            "block's one token is the base's next-token prediction); use 2 or more")
+            raise UserError(
+                f"{where}: block_length {self.block_length} leaves the adapter nothing to learn (the "
+                "block's one token is the base's next-token prediction); use 2 or more"
+            )
 
 
 @dataclass
@@ -166,8 +168,7 @@ def layout(batch: list[Sequence], size: int, mask_id: int, generator: torch.Gene
         trained = follows & masked[1:]
         targets[row, : span - 1] = torch.where(trained, tokens[start + 1 :], -100)
         weights[row, : span - 1] = torch.where(trained, 1.0 / rate[1:], 0.0)
-    return Batch(clean_ids, clean_attend, noisy_ids, noisy_positions, noisy_attend, targets, weights,
-                 max(predicted, 1))
+    return Batch(clean_ids, clean_attend, noisy_ids, noisy_positions, noisy_attend, targets, weights, max(predicted, 1))
 
 
 def precision(target: DLMTarget, dtype: str):
@@ -224,8 +225,13 @@ def check_out_dir(out_dir: Path) -> None:
         raise UserError(f"--out {out_dir} holds {what}, not a conversion run; give a new folder")
 
 
-def train_conversion(recipe: ConvertRecipe, base, pairs: list[tuple[list[int], list[int]]], out_dir: Path,
-                     stop_after_s: float | None = None) -> dict:
+def train_conversion(
+    recipe: ConvertRecipe,
+    base,
+    pairs: list[tuple[list[int], list[int]]],
+    out_dir: Path,
+    stop_after_s: float | None = None,
+) -> dict:
     """Train (or resume) into `out_dir` on (prompt ids, answer ids) pairs of train splits; stop after
     `stop_after_s` seconds at a checkpoint (a later call resumes). Returns the training report."""
     recipe.check(f"recipe {recipe.name}")
@@ -235,25 +241,39 @@ def train_conversion(recipe: ConvertRecipe, base, pairs: list[tuple[list[int], l
     if recipe.train_examples:
         training = training[: recipe.train_examples]
     if len(training) < recipe.batch_size:
-        raise UserError(f"recipe {recipe.name}: only {len(training)} training sequences for batch size "
-                        f"{recipe.batch_size}")
+        raise UserError(
+            f"recipe {recipe.name}: only {len(training)} training sequences for batch size {recipe.batch_size}"
+        )
     torch.manual_seed(recipe.seed)
     target = convert(base, recipe.mask_id, recipe.rank, recipe.alpha, name=recipe.name)
     autocast = precision(target, recipe.dtype)  # the base only: the adapter and its optimizer stay float32
-    run = TrainingRun(recipe, adapter.lora_state(target.model).values(), len(training), out_dir / STATE_FILE,
-                      "use a new --out folder, or the recipe that run started with")
+    run = TrainingRun(
+        recipe,
+        adapter.lora_state(target.model).values(),
+        len(training),
+        out_dir / STATE_FILE,
+        "use a new --out folder, or the recipe that run started with",
+    )
     tokens_seen, seconds, curve = 0, 0.0, []
     base_hash = adapter.weights_hash(base.model)
     if run.saved is not None:
         state = run.saved
         if state["base_hash"] != base_hash:
-            raise UserError(f"{out_dir} holds a conversion of other base weights (hash {state['base_hash']}, "
-                            f"these are {base_hash}); use a new --out folder")
+            raise UserError(
+                f"{out_dir} holds a conversion of other base weights (hash {state['base_hash']}, "
+                f"these are {base_hash}); use a new --out folder"
+            )
         adapter.load_lora(target.model, state["adapter"])
         tokens_seen, seconds, curve = state["tokens_seen"], state["seconds"], state["curve"]
     out_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"base": recipe.base, "base_hash": base_hash, "rank": recipe.rank, "alpha": recipe.alpha,
-            "block_length": recipe.block_length, "recipe": dataclasses.asdict(recipe)}
+    meta = {
+        "base": recipe.base,
+        "base_hash": base_hash,
+        "rank": recipe.rank,
+        "alpha": recipe.alpha,
+        "block_length": recipe.block_length,
+        "recipe": dataclasses.asdict(recipe),
+    }
     started, window = time.perf_counter(), []
     target.model.train()
     while not run.done:
@@ -271,26 +291,48 @@ def train_conversion(recipe: ConvertRecipe, base, pairs: list[tuple[list[int], l
             target.model.eval()
             with autocast:
                 heldout = heldout_loss(target, validation, recipe)
-            curve.append({"step": step, "train_loss": sum(window) / len(window), "heldout_loss": heldout,
-                          "seconds": round(seconds, 1), "tokens_seen": tokens_seen})
+            curve.append(
+                {
+                    "step": step,
+                    "train_loss": sum(window) / len(window),
+                    "heldout_loss": heldout,
+                    "seconds": round(seconds, 1),
+                    "tokens_seen": tokens_seen,
+                }
+            )
             target.model.train()
             window = []
             report = _report(recipe, target, step, tokens_seen, seconds, curve)
             save_converted(target, out_dir / MODEL_DIR, meta, report)
         if run.checkpoint_due():
-            run.save({"base_hash": base_hash,
-                      "adapter": {k: v.detach().clone() for k, v in adapter.lora_state(target.model).items()}},
-                     tokens_seen=tokens_seen, seconds=seconds, curve=curve)
+            run.save(
+                {
+                    "base_hash": base_hash,
+                    "adapter": {k: v.detach().clone() for k, v in adapter.lora_state(target.model).items()},
+                },
+                tokens_seen=tokens_seen,
+                seconds=seconds,
+                curve=curve,
+            )
             if stop_after_s is not None and time.perf_counter() - started > stop_after_s:
                 break
     target.model.eval()
     return _report(recipe, target, run.step, tokens_seen, seconds, curve)
 
 
-def _report(recipe: ConvertRecipe, target: DLMTarget, step: int, tokens_seen: int, seconds: float,
-            curve: list[dict]) -> dict:
+def _report(
+    recipe: ConvertRecipe, target: DLMTarget, step: int, tokens_seen: int, seconds: float, curve: list[dict]
+) -> dict:
     parameters = sum(p.numel() for p in target.model.parameters())
-    return {"name": recipe.name, "family": "converted", "base": recipe.base, "steps": step,
-            "finished": step >= recipe.steps, "parameters": parameters, "training_tokens": tokens_seen,
-            "train_seconds": round(seconds, 1), "heldout_loss": curve[-1]["heldout_loss"] if curve else None,
-            "curve": curve}
+    return {
+        "name": recipe.name,
+        "family": "converted",
+        "base": recipe.base,
+        "steps": step,
+        "finished": step >= recipe.steps,
+        "parameters": parameters,
+        "training_tokens": tokens_seen,
+        "train_seconds": round(seconds, 1),
+        "heldout_loss": curve[-1]["heldout_loss"] if curve else None,
+        "curve": curve,
+    }

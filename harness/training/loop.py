@@ -29,8 +29,9 @@ def warmup_cosine(peak: float, warmup_steps: int, total_steps: int, step: int) -
     return peak * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, parameters: Iterable[Tensor], loss: Tensor, lr: float,
-                   grad_clip: float) -> None:
+def optimizer_step(
+    optimizer: torch.optim.Optimizer, parameters: Iterable[Tensor], loss: Tensor, lr: float, grad_clip: float
+) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
@@ -39,8 +40,9 @@ def optimizer_step(optimizer: torch.optim.Optimizer, parameters: Iterable[Tensor
     optimizer.step()
 
 
-def next_batch(items: list[Item], permutation: Tensor, cursor: int, batch_size: int, order: torch.Generator
-               ) -> tuple[list[Item], Tensor, int]:
+def next_batch(
+    items: list[Item], permutation: Tensor, cursor: int, batch_size: int, order: torch.Generator
+) -> tuple[list[Item], Tensor, int]:
     """The next `batch_size` items of a shuffled pass over `items`, and the (permutation, cursor) that
     follow it: a pass with fewer than `batch_size` items left is dropped and a new permutation is drawn
     from `order`. Permutation, cursor and `order`'s state are what a saved run resumes from."""
@@ -91,12 +93,20 @@ class TrainingRun:
     `permutation` and `cursor`, then the trainer's own fields; `saved` is the state this run resumed
     from (None for a fresh one), from which the trainer restores its weights and own fields."""
 
-    def __init__(self, recipe: Any, parameters: Iterable[Tensor], count: int, path: Path, fix: str,
-                 betas: tuple[float, float] = (0.9, 0.999)) -> None:
+    def __init__(
+        self,
+        recipe: Any,
+        parameters: Iterable[Tensor],
+        count: int,
+        path: Path,
+        fix: str,
+        betas: tuple[float, float] = (0.9, 0.999),
+    ) -> None:
         self.recipe, self.path = recipe, path
         self.parameters = list(parameters)
-        self.optimizer = torch.optim.AdamW(self.parameters, lr=recipe.learning_rate,
-                                           weight_decay=recipe.weight_decay, betas=betas)
+        self.optimizer = torch.optim.AdamW(
+            self.parameters, lr=recipe.learning_rate, weight_decay=recipe.weight_decay, betas=betas
+        )
         self.noise = torch.Generator().manual_seed(recipe.seed + 1)
         self.order = torch.Generator().manual_seed(recipe.seed + 2)
         self.step, self.permutation, self.cursor = 0, torch.randperm(count, generator=self.order), 0
@@ -113,8 +123,9 @@ class TrainingRun:
 
     def batch(self, items: list[Item]) -> list[Item]:
         """The next `recipe.batch_size` items of the shuffled passes (`next_batch`)."""
-        chosen, self.permutation, self.cursor = next_batch(items, self.permutation, self.cursor,
-                                                           self.recipe.batch_size, self.order)
+        chosen, self.permutation, self.cursor = next_batch(
+            items, self.permutation, self.cursor, self.recipe.batch_size, self.order
+        )
         return chosen
 
     def optimize(self, loss: Tensor) -> None:
@@ -129,7 +140,17 @@ class TrainingRun:
 
     def save(self, weights: dict[str, Any], **own: Any) -> None:
         """Save the run's state: the trainer's weights (e.g. `model=...`) and its own fields."""
-        save_state(self.path, {
-            "recipe": dataclasses.asdict(self.recipe), **weights, "optimizer": self.optimizer.state_dict(),
-            "noise": self.noise.get_state(), "order": self.order.get_state(), "step": self.step,
-            "permutation": self.permutation, "cursor": self.cursor, **own})
+        save_state(
+            self.path,
+            {
+                "recipe": dataclasses.asdict(self.recipe),
+                **weights,
+                "optimizer": self.optimizer.state_dict(),
+                "noise": self.noise.get_state(),
+                "order": self.order.get_state(),
+                "step": self.step,
+                "permutation": self.permutation,
+                "cursor": self.cursor,
+                **own,
+            },
+        )

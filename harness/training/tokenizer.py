@@ -26,6 +26,4 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedToke
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token=PAD, eos_token=EOS, mask_token=MASK
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token=PAD, eos_token=EOS, mask_token=MASK)

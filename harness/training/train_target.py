@@ -84,11 +84,13 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
     if len(training) < recipe.batch_size:
         raise UserError(f"recipe {recipe.name}: only {len(training)} training examples")
     torch.manual_seed(recipe.seed)
-    model = (ar_model(recipe.model, tokenizer, recipe.name) if ar
-             else DLMTransformer(recipe.model_config(len(tokenizer))))
+    model = (
+        ar_model(recipe.model, tokenizer, recipe.name) if ar else DLMTransformer(recipe.model_config(len(tokenizer)))
+    )
     init_weights(model)
-    run = TrainingRun(recipe, model.parameters(), len(training), out_dir / STATE_FILE, "use a new --out folder",
-                      betas=(0.9, 0.98))
+    run = TrainingRun(
+        recipe, model.parameters(), len(training), out_dir / STATE_FILE, "use a new --out folder", betas=(0.9, 0.98)
+    )
     tokens_seen = 0
     if run.saved is not None:
         model.load_state_dict(run.saved["model"])
@@ -102,8 +104,9 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
         if spec is None:  # family ar
             loss = ar_loss(model, chosen, tokenizer.eos_token_id, tokenizer.pad_token_id)
         else:
-            loss = diffusion_loss(model, build_batch(chosen, spec, block_length=recipe.block_length,
-                                                     generator=run.noise, **ids))
+            loss = diffusion_loss(
+                model, build_batch(chosen, spec, block_length=recipe.block_length, generator=run.noise, **ids)
+            )
         run.optimize(loss)
         tokens_seen += sum(len(e.prompt) + len(e.answer) for e in chosen)
         progress.update(1)
@@ -123,8 +126,9 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
     if spec is None:  # family ar
         save_ar_model(model, tokenizer, out_dir / MODEL_DIR, report)
         return report
-    target = DLMTarget(model, spec, mask_id=ids["mask_id"], eos_id=tokenizer.eos_token_id,
-                       tokenizer=tokenizer, name=recipe.name)
+    target = DLMTarget(
+        model, spec, mask_id=ids["mask_id"], eos_id=tokenizer.eos_token_id, tokenizer=tokenizer, name=recipe.name
+    )
     save_target(target, out_dir, report)
     return report
 

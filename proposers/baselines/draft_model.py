@@ -58,8 +58,11 @@ class DraftModelProposer:
 
     def propose_chain(self, request: ARDraftRequest) -> DraftChain:
         tokens, logits = self._draft(request)
-        q = (torch.stack([target_distribution(row, request.temperature) for row in logits]).cpu() if logits
-             else torch.zeros(0, self.draft.vocab_size, dtype=torch.float64))
+        q = (
+            torch.stack([target_distribution(row, request.temperature) for row in logits]).cpu()
+            if logits
+            else torch.zeros(0, self.draft.vocab_size, dtype=torch.float64)
+        )
         return DraftChain(tokens, q)
 
     def _draft(self, request: ARDraftRequest) -> tuple[list[int], list[Tensor]]:
@@ -71,7 +74,7 @@ class DraftModelProposer:
         if request.budget <= 0:
             return tokens, rows
         self._rewind(context)
-        feed = context[len(self.cached):]
+        feed = context[len(self.cached) :]
         for depth in range(request.budget):
             row = self._forward(feed)
             position = len(context) + depth
@@ -103,8 +106,9 @@ class DraftModelProposer:
         ids = torch.tensor(feed, dtype=torch.long, device=device)
         positions = torch.arange(len(self.cached), len(self.cached) + len(feed), device=device)
         with torch.inference_mode():
-            out = self.draft.model(input_ids=ids[None], position_ids=positions[None], cache=self.cache,
-                                   use_cache=True, logits_to_keep=1)
+            out = self.draft.model(
+                input_ids=ids[None], position_ids=positions[None], cache=self.cache, use_cache=True, logits_to_keep=1
+            )
         self.cached += feed
         self.forwards.model += 1
         return out.logits[0, -1]
@@ -125,26 +129,34 @@ def draft_target(name: str, device: str, dtype: torch.dtype) -> ARTarget:
 def check_draft_name(name: str | None) -> None:
     """What loading `name` as a draft model would refuse, without loading weights."""
     if name is None:
-        raise UserError("proposer draft-model needs a model: draft-model:NAME (smollm2, tiny-random-ar[:seed] or "
-                        "a causal-LM folder sharing the target's tokenizer)")
+        raise UserError(
+            "proposer draft-model needs a model: draft-model:NAME (smollm2, tiny-random-ar[:seed] or "
+            "a causal-LM folder sharing the target's tokenizer)"
+        )
     if not is_ar_name(name):
-        raise UserError(f"draft-model:{name}: not an autoregressive model; give smollm2, tiny-random-ar[:seed] or "
-                        "a causal-LM folder sharing the target's tokenizer")
+        raise UserError(
+            f"draft-model:{name}: not an autoregressive model; give smollm2, tiny-random-ar[:seed] or "
+            "a causal-LM folder sharing the target's tokenizer"
+        )
     check_ar_name(name)
 
 
 def check_draft_fits(name: str, model: str) -> None:
     """Before a run starts: the draft model's tokenizer is the target's (tokenizers only, no weights)."""
     if tokenizer_vocabulary(name) != tokenizer_vocabulary(model):
-        raise UserError(f"draft-model:{name} has another tokenizer than model {model!r}: a draft model must share "
-                        "the target's tokenizer and vocabulary")
+        raise UserError(
+            f"draft-model:{name} has another tokenizer than model {model!r}: a draft model must share "
+            "the target's tokenizer and vocabulary"
+        )
 
 
 def check_same_vocabulary(draft: ARTarget, target: ARTarget, name: str) -> None:
     """Once loaded: the same logit width (a checkpoint may pad its vocabulary beyond the tokenizer's)."""
     if draft.vocab_size != target.vocab_size:
-        raise UserError(f"draft-model:{name} scores {draft.vocab_size} tokens, model {target.name!r} "
-                        f"{target.vocab_size}: a draft model must share the target's vocabulary")
+        raise UserError(
+            f"draft-model:{name} scores {draft.vocab_size} tokens, model {target.name!r} "
+            f"{target.vocab_size}: a draft model must share the target's vocabulary"
+        )
 
 
 @functools.cache
@@ -160,8 +172,9 @@ def tokenizer_vocabulary(name: str) -> tuple[tuple[str, int], ...]:
         gguf = path.suffix == ".gguf" or not (path / "config.json").is_file()
         folder, file = gguf_location(path) if gguf else (path, None)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True, trust_remote_code=False,
-                                                      **({"gguf_file": file} if file else {}))
+            tokenizer = AutoTokenizer.from_pretrained(
+                str(folder), local_files_only=True, trust_remote_code=False, **({"gguf_file": file} if file else {})
+            )
         except (OSError, ValueError, KeyError) as error:
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UserError(f"{folder}: cannot load its tokenizer ({first})") from None

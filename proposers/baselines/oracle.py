@@ -48,7 +48,6 @@ class OracleProposer:
         return DraftTree.chain(chain)
 
 
-
 class AROracleProposer:
     """Drafts the plain AR trajectory's next tokens (built with the plain generation's tokens)."""
 

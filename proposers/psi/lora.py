@@ -64,8 +64,10 @@ class GatedLoRAModel(nn.Module):
 
     def load_lora(self, state: dict[str, Tensor]) -> None:
         if not load_lora(self, state):
-            raise UserError(f"the drafter's LoRA weights do not fit this model ({len(state)} tensors for "
-                            f"{len(lora_state(self))} adapted projections)")
+            raise UserError(
+                f"the drafter's LoRA weights do not fit this model ({len(state)} tensors for "
+                f"{len(lora_state(self))} adapted projections)"
+            )
 
 
 def save_drafter(drafter: GatedLoRAModel, folder: Path, meta: dict) -> None:
@@ -80,8 +82,10 @@ def save_drafter(drafter: GatedLoRAModel, folder: Path, meta: dict) -> None:
 
 def read_meta(folder: Path) -> dict:
     if not (folder / META_FILE).is_file() or not (folder / WEIGHTS_FILE).is_file():
-        raise UserError(f"no Psi-Spec drafter in {folder} (expected {META_FILE} and {WEIGHTS_FILE}); give the "
-                        "folder written by spotbench train-drafter")
+        raise UserError(
+            f"no Psi-Spec drafter in {folder} (expected {META_FILE} and {WEIGHTS_FILE}); give the "
+            "folder written by spotbench train-drafter"
+        )
     return json.loads((folder / META_FILE).read_text())
 
 
@@ -93,9 +97,11 @@ def load_drafter(folder: Path, base: nn.Module) -> GatedLoRAModel:
     meta = read_meta(folder)
     found = weights_hash(base)
     if meta["base_hash"] != found:
-        raise UserError(f"drafter {folder} was trained for base model {meta['base']!r} (weights hash "
-                        f"{meta['base_hash']}), not these weights (hash {found}); train one for this model with "
-                        "spotbench train-drafter")
+        raise UserError(
+            f"drafter {folder} was trained for base model {meta['base']!r} (weights hash "
+            f"{meta['base_hash']}), not these weights (hash {found}); train one for this model with "
+            "spotbench train-drafter"
+        )
     drafter = GatedLoRAModel(base, meta["rank"], meta["alpha"])
     drafter.load_lora(load_file(str(folder / WEIGHTS_FILE)))
     return drafter.eval()

@@ -59,16 +59,24 @@ def draft_block(drafter: GatedLoRAModel, session: ARSession, count: int) -> Tens
     ids = torch.cat([pending, noise_tokens(session.position, count, vocab).to(device)])
     positions = torch.arange(session.cached, session.position + count, device=device)
     allowed = torch.ones(n_pending + count, session.cached + n_pending + count, dtype=torch.bool, device=device)
-    allowed[:n_pending, session.cached:] = torch.ones(n_pending, n_pending + count, dtype=torch.bool,
-                                                      device=device).tril()
+    allowed[:n_pending, session.cached :] = torch.ones(
+        n_pending, n_pending + count, dtype=torch.bool, device=device
+    ).tril()
     dtype = drafter.model.get_output_embeddings().weight.dtype
     mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
     gate = torch.zeros(1, n_pending + count, dtype=torch.bool, device=device)
     gate[0, n_pending:] = True
     try:
         with torch.inference_mode():
-            out = drafter(gate=gate, input_ids=ids[None], position_ids=positions[None], attention_mask=mask[None, None],
-                          cache=session.cache, use_cache=True, logits_to_keep=1 + count)
+            out = drafter(
+                gate=gate,
+                input_ids=ids[None],
+                position_ids=positions[None],
+                attention_mask=mask[None, None],
+                cache=session.cache,
+                use_cache=True,
+                logits_to_keep=1 + count,
+            )
     finally:
         for layer in kv_layers(session.cache):  # as ARSession.commit trims it
             layer.keys, layer.values = layer.keys[..., : session.cached, :], layer.values[..., : session.cached, :]
@@ -207,8 +215,10 @@ def check_psi_fits(name: str, argument: str | None, model: str) -> None:
     """A drafter drafts for the model it was distilled from (by name here; by weights when built)."""
     base = parse_psi(name, argument).meta["base"]
     if _identity(base) != _identity(model):
-        raise UserError(f"{name}:{argument} is a drafter for model {base!r}, not {model!r}; train one with "
-                        f"spotbench train-drafter (recipe base: {model})")
+        raise UserError(
+            f"{name}:{argument} is a drafter for model {base!r}, not {model!r}; train one with "
+            f"spotbench train-drafter (recipe base: {model})"
+        )
 
 
 def build_psi(name: str, argument: str | None, target: ARTarget) -> PsiLinear:
@@ -219,8 +229,9 @@ def build_psi(name: str, argument: str | None, target: ARTarget) -> PsiLinear:
     drafter = _LOADED[key][1]
     if name == "psi-linear":
         return PsiLinear(drafter, spec.options.get("B"))
-    return PsiTree(drafter, spec.options.get("B", spec.meta["max_block"] + 1), spec.options.get("K", 3),
-                   spec.options.get("V"))
+    return PsiTree(
+        drafter, spec.options.get("B", spec.meta["max_block"] + 1), spec.options.get("K", 3), spec.options.get("V")
+    )
 
 
 def _identity(name: str) -> str:

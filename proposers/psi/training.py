@@ -86,21 +86,26 @@ class Sequence:
     response: list[int]
 
 
-def training_data(recipe: DrafterRecipe, pairs: list[tuple[list[int], list[int]]], eos_id: int
-                  ) -> tuple[list[Sequence], list[list[int]]]:
+def training_data(
+    recipe: DrafterRecipe, pairs: list[tuple[list[int], list[int]]], eos_id: int
+) -> tuple[list[Sequence], list[list[int]]]:
     """(training sequences, held-out validation prompts) from (prompt ids, response ids) pairs of
     train splits, in the tasks' order: the first `validation_prompts` are held out, the rest are cut,
     filtered and shuffled by the recipe's seed."""
-    sequences = [Sequence(prompt, response[: recipe.response_max_tokens - 1] + [eos_id])
-                 for prompt, response in pairs if len(prompt) <= recipe.prompt_max_tokens]
+    sequences = [
+        Sequence(prompt, response[: recipe.response_max_tokens - 1] + [eos_id])
+        for prompt, response in pairs
+        if len(prompt) <= recipe.prompt_max_tokens
+    ]
     validation = [s.prompt for s in sequences[: recipe.validation_prompts]]
     training = sequences[recipe.validation_prompts :]
     random.Random(recipe.seed).shuffle(training)
     if recipe.train_examples:
         training = training[: recipe.train_examples]
     if len(training) < recipe.batch_size:
-        raise UserError(f"recipe {recipe.name}: only {len(training)} training sequences for batch size "
-                        f"{recipe.batch_size}")
+        raise UserError(
+            f"recipe {recipe.name}: only {len(training)} training sequences for batch size {recipe.batch_size}"
+        )
     return training, validation
 
 
@@ -155,8 +160,7 @@ def tv_loss(drafter: GatedLoRAModel, batch: Layout) -> Tensor:
     """Mean over response positions of sum_v |p_student - p_teacher|, one forward (module docstring)."""
     dtype = drafter.model.get_output_embeddings().weight.dtype
     mask = torch.zeros(batch.allowed.shape, dtype=dtype).masked_fill(~batch.allowed, torch.finfo(dtype).min)
-    hidden = drafter.hidden(batch.gate, input_ids=batch.ids, position_ids=batch.positions,
-                            attention_mask=mask[:, None])
+    hidden = drafter.hidden(batch.gate, input_ids=batch.ids, position_ids=batch.positions, attention_mask=mask[:, None])
     head = drafter.model.get_output_embeddings()
     with torch.no_grad():
         teacher = head(hidden[batch.teacher[:, 0], batch.teacher[:, 1]]).float().softmax(-1)
@@ -174,8 +178,13 @@ def validate(drafter: GatedLoRAModel, target: ARTarget, prompts: list[list[int]]
     drafter.eval()
     commits = nfe = forwards = 0
     for prompt in prompts:
-        generation = ar_decode(target, prompt, PsiLinear(drafter, recipe.validation_width),
-                               ARConfig(recipe.validation_gen_length), recipe.validation_width)
+        generation = ar_decode(
+            target,
+            prompt,
+            PsiLinear(drafter, recipe.validation_width),
+            ARConfig(recipe.validation_gen_length),
+            recipe.validation_width,
+        )
         commits += generation.metrics.commits
         nfe += generation.metrics.nfe
         forwards += generation.metrics.target_forwards
@@ -183,8 +192,9 @@ def validate(drafter: GatedLoRAModel, target: ARTarget, prompts: list[list[int]]
     return {"tau": commits / max(1, nfe), "tokens_per_target_forward": commits / max(1, forwards)}
 
 
-def train_drafter(recipe: DrafterRecipe, target: ARTarget, pairs: list[tuple[list[int], list[int]]],
-                  out_dir: Path) -> dict:
+def train_drafter(
+    recipe: DrafterRecipe, target: ARTarget, pairs: list[tuple[list[int], list[int]]], out_dir: Path
+) -> dict:
     """Train (or resume) into `out_dir` on (prompt ids, response ids) pairs of train splits (the
     caller reads the tasks); returns the drafter's metadata (also written to drafter.json)."""
     if (out_dir / META_FILE).is_file() and not (out_dir / STATE_FILE).exists():
@@ -192,8 +202,9 @@ def train_drafter(recipe: DrafterRecipe, target: ARTarget, pairs: list[tuple[lis
     training, validation = training_data(recipe, pairs, target.eos_id)
     torch.manual_seed(recipe.seed)
     drafter = GatedLoRAModel(target.model, recipe.rank, recipe.alpha)
-    run = TrainingRun(recipe, drafter.lora_state().values(), len(training), out_dir / STATE_FILE,
-                      "use a new --out folder")
+    run = TrainingRun(
+        recipe, drafter.lora_state().values(), len(training), out_dir / STATE_FILE, "use a new --out folder"
+    )
     curve, seconds = [], 0.0
     if run.saved is not None:
         drafter.load_lora(run.saved["lora"])
@@ -205,8 +216,9 @@ def train_drafter(recipe: DrafterRecipe, target: ARTarget, pairs: list[tuple[lis
     while not run.done:
         began = time.perf_counter()
         chosen = run.batch(training)
-        batch = layout(chosen, block_size(recipe, run.step), target.vocab_size, target.tokenizer.pad_token_id or 0,
-                       run.noise)
+        batch = layout(
+            chosen, block_size(recipe, run.step), target.vocab_size, target.tokenizer.pad_token_id or 0, run.noise
+        )
         loss = tv_loss(drafter, batch)
         run.optimize(loss)
         step = run.step
@@ -222,9 +234,18 @@ def train_drafter(recipe: DrafterRecipe, target: ARTarget, pairs: list[tuple[lis
         if run.checkpoint_due():
             run.save({"lora": drafter.lora_state()}, curve=curve, seconds=seconds)
     progress.close()
-    meta = {"recipe": dataclasses.asdict(recipe), "base": recipe.base, "base_hash": weights_hash(target.model),
-            "rank": recipe.rank, "alpha": recipe.alpha, "max_block": max(recipe.curriculum), "steps": run.step,
-            "train_sequences": len(training), "train_seconds": round(seconds, 1), "curve": curve}
+    meta = {
+        "recipe": dataclasses.asdict(recipe),
+        "base": recipe.base,
+        "base_hash": weights_hash(target.model),
+        "rank": recipe.rank,
+        "alpha": recipe.alpha,
+        "max_block": max(recipe.curriculum),
+        "steps": run.step,
+        "train_sequences": len(training),
+        "train_seconds": round(seconds, 1),
+        "curve": curve,
+    }
     save_drafter(drafter, out_dir, meta)
     (out_dir / STATE_FILE).unlink()
     return meta

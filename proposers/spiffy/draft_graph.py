@@ -124,8 +124,10 @@ class DraftGraph:
         return DraftGraph(tuple(p for p, _ in best), tuple(c for _, c in best), roots)
 
     def to_json(self) -> dict[str, Any]:
-        return {"roots": self.roots, "nodes": [{"pattern": [list(e) for e in p], "count": c}
-                                               for p, c in zip(self.patterns, self.counts)]}
+        return {
+            "roots": self.roots,
+            "nodes": [{"pattern": [list(e) for e in p], "count": c} for p, c in zip(self.patterns, self.counts)],
+        }
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> DraftGraph:
@@ -204,8 +206,16 @@ def count_patterns(plain: Generation, config: DecodeConfig, counts: Counter[Patt
     return roots
 
 
-def calibrate(target: DLMTarget, prompts: Iterable[list[int]], rule: Rule, temperatures: Iterable[float],
-              gen_length: int, block_length: int, nodes: int, seed: int) -> dict[float, DraftGraph]:
+def calibrate(
+    target: DLMTarget,
+    prompts: Iterable[list[int]],
+    rule: Rule,
+    temperatures: Iterable[float],
+    gen_length: int,
+    block_length: int,
+    nodes: int,
+    seed: int,
+) -> dict[float, DraftGraph]:
     """Per temperature, the graph of the `nodes` most frequent patterns over the prompts' plain
     trajectories (prompt k decodes with seed + k). Deterministic: no sampling beyond the coupled noise."""
     prompts = list(prompts)

@@ -74,12 +74,20 @@ def cat_views(parts: list, fields: tuple[str, ...]) -> dict[str, Tensor]:
 
 
 @torch.no_grad()
-def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_length: int,
-            temperature: float, seed: int, config: SpotConfig) -> tuple[Views, list[int]]:
+def collect(
+    target: DLMTarget,
+    prompt_ids: list[int],
+    gen_length: int,
+    block_length: int,
+    temperature: float,
+    seed: int,
+    config: SpotConfig,
+) -> tuple[Views, list[int]]:
     """Plain top1 decoding of one prompt; returns its examples and the committed positions."""
     rule = parse_rule("top1", target.family, target.mask_id)
-    plain = plain_decode(target, prompt_ids, DecodeConfig(rule, gen_length, block_length, temperature, seed),
-                         keep_logits=True)
+    plain = plain_decode(
+        target, prompt_ids, DecodeConfig(rule, gen_length, block_length, temperature, seed), keep_logits=True
+    )
     noise = NoiseSource(seed, block_length, target.vocab_size) if temperature > 0 else None
     mask_id = target.mask_id
     positions = [t.positions[0] for t in plain.steps]
@@ -114,11 +122,19 @@ def collect(target: DLMTarget, prompt_ids: list[int], gen_length: int, block_len
             ages_list.append(ages)
             depths.append(depth)
             labels.append(label)
-            outcomes.append(TOP if drafted.tokens[label] == token else RUNNER_UP if drafted.runner_up[label] == token
-                            else NEITHER)
-    collected = Views(torch.stack(statics), torch.tensor(view_ids), torch.stack(cands),
-                      torch.stack(ages_list).to(torch.int8), torch.tensor(depths), torch.tensor(labels),
-                      torch.tensor(outcomes, dtype=torch.int8), temperature)
+            outcomes.append(
+                TOP if drafted.tokens[label] == token else RUNNER_UP if drafted.runner_up[label] == token else NEITHER
+            )
+    collected = Views(
+        torch.stack(statics),
+        torch.tensor(view_ids),
+        torch.stack(cands),
+        torch.stack(ages_list).to(torch.int8),
+        torch.tensor(depths),
+        torch.tensor(labels),
+        torch.tensor(outcomes, dtype=torch.int8),
+        temperature,
+    )
     return collected, positions
 
 
@@ -126,9 +142,16 @@ def collection_of(recipe: SpotRecipe) -> dict:
     """The recipe's fields that decide what `collect_all` collects: a run folder's data is reused only
     by a recipe that agrees on all of them (steps, batches or `training_seed` may differ)."""
     config = SpotConfig(**recipe.model)
-    return {"target": recipe.target, "tasks": dict(recipe.tasks), "temperatures": list(recipe.temperatures),
-            "gen_length": recipe.gen_length, "block_length": recipe.block_length, "seed": recipe.seed,
-            "max_depth": config.max_depth, "max_age": config.max_age}
+    return {
+        "target": recipe.target,
+        "tasks": dict(recipe.tasks),
+        "temperatures": list(recipe.temperatures),
+        "gen_length": recipe.gen_length,
+        "block_length": recipe.block_length,
+        "seed": recipe.seed,
+        "max_depth": config.max_depth,
+        "max_age": config.max_age,
+    }
 
 
 P = TypeVar("P")
@@ -158,9 +181,10 @@ def recipe_jobs(recipe: Sampled, prompts: list[tuple[str, list[int]]]) -> list[J
 def collect_jobs(recipe: SpotRecipe, target: DLMTarget, first: int, jobs: list[Job]) -> list[Views]:
     """Generations `first`, `first + 1`, ... of the recipe: generation k decodes with seed `recipe.seed + k`."""
     config = SpotConfig(**recipe.model)
-    return [collect(target, ids, recipe.gen_length, recipe.block_length, temperature, recipe.seed + first + k,
-                    config)[0]
-            for k, (_, ids, temperature) in enumerate(jobs)]
+    return [
+        collect(target, ids, recipe.gen_length, recipe.block_length, temperature, recipe.seed + first + k, config)[0]
+        for k, (_, ids, temperature) in enumerate(jobs)
+    ]
 
 
 def collect_chunk(first: int, recipe: SpotRecipe, jobs: list[Job]) -> list[Views]:
@@ -170,15 +194,22 @@ def collect_chunk(first: int, recipe: SpotRecipe, jobs: list[Job]) -> list[Views
     return collect_jobs(recipe, load_dlm_target(recipe.target, what="SPOT"), first, jobs[first : first + CHUNK])
 
 
-def collect_all(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job],
-                map_chunks: ChunkMap | None = None) -> tuple[list[Views], list[str]]:
+def collect_all(
+    recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], map_chunks: ChunkMap | None = None
+) -> tuple[list[Views], list[str]]:
     """Every generation of `jobs`, in job order, and their sources (`task/train/i@T=t`). Chunks of
     CHUNK generations run here, or through `map_chunks` (which then loads the target itself)."""
     return collect_in_chunks(collect_jobs, collect_chunk, recipe, target, jobs, map_chunks)
 
 
-def collect_in_chunks(collect_jobs: Callable[..., list[P]], collect_chunk: Callable[..., list[P]], settings: object,
-                      target: DLMTarget, jobs: list[Job], map_chunks: ChunkMap | None) -> tuple[list[P], list[str]]:
+def collect_in_chunks(
+    collect_jobs: Callable[..., list[P]],
+    collect_chunk: Callable[..., list[P]],
+    settings: object,
+    target: DLMTarget,
+    jobs: list[Job],
+    map_chunks: ChunkMap | None,
+) -> tuple[list[P], list[str]]:
     """The chunked collection of SPOT and SPOT-Sets: `collect_jobs(settings, target, first, jobs)` on
     each chunk here, or `collect_chunk(first, settings, jobs)` through `map_chunks`; the parts in job
     order and the jobs' sources."""
@@ -196,8 +227,9 @@ def collect_in_chunks(collect_jobs: Callable[..., list[P]], collect_chunk: Calla
     return parts, sources
 
 
-def collected(run_dir: Path, collection: dict, settings: str, collect: Callable[[], tuple[list[P], list[str]]]
-              ) -> tuple[list[P], list[str]]:
+def collected(
+    run_dir: Path, collection: dict, settings: str, collect: Callable[[], tuple[list[P], list[str]]]
+) -> tuple[list[P], list[str]]:
     """The run folder's collected parts and sources if it holds data of the same `collection`
     (`collection_of`), else `collect()`'s, saved there first. `settings` names the collection's
     fields in the refusal."""

@@ -136,14 +136,19 @@ def candidates(view: StaleView, noise: Tensor | None, rule: Rule) -> Candidates:
     confidence = confidence_logp.gather(-1, tokens[:, None]).squeeze(1)
     odds = log_odds(confidence_logp, tokens)
     runner_up_confidence = confidence_logp.gather(-1, runner_up[:, None]).squeeze(1)
-    features = torch.stack([
-        confidence.clamp_min(LOG_FLOOR), plain.clamp_min(LOG_FLOOR), tempered.clamp_min(LOG_FLOOR),
-        odds.clamp(LOG_FLOOR, -LOG_FLOOR), (tokens == view.greedy).double(), margin.clamp_max(-LOG_FLOOR),
-        runner_up_confidence.clamp_min(LOG_FLOOR),
-    ], -1)
+    features = torch.stack(
+        [
+            confidence.clamp_min(LOG_FLOOR),
+            plain.clamp_min(LOG_FLOOR),
+            tempered.clamp_min(LOG_FLOOR),
+            odds.clamp(LOG_FLOOR, -LOG_FLOOR),
+            (tokens == view.greedy).double(),
+            margin.clamp_max(-LOG_FLOOR),
+            runner_up_confidence.clamp_min(LOG_FLOOR),
+        ],
+        -1,
+    )
     return Candidates(tokens.cpu(), runner_up.cpu(), view.greedy.cpu(), features.float().cpu())
-
-
 
 
 MASKED = -1
@@ -227,4 +232,3 @@ def node_features(candidate: Tensor, ages: Tensor, depth: Tensor) -> Tensor:
     out[..., 9:11] = offsets.transpose(-1, -2)
     out[..., 11] = committed & (ages <= depth[:, None])
     return out
-

@@ -35,19 +35,34 @@ RELU = 1
 def fused_path() -> bool:
     """Whether `nn.TransformerEncoderLayer` would take its fused fast path now (the conditions that
     do not hold for every SpotNet in eval mode: no gradient, no autocast, fast path enabled)."""
-    return not torch.is_grad_enabled() and not torch.is_autocast_enabled() \
-        and torch.backends.mha.get_fastpath_enabled()
+    return not torch.is_grad_enabled() and not torch.is_autocast_enabled() and torch.backends.mha.get_fastpath_enabled()
 
 
 def fused_layer(layer: nn.TransformerEncoderLayer, h: Tensor) -> Tensor:
     """`layer(h)` on its fast path: the fused kernel with no mask."""
     attention = layer.self_attn
     return torch._transformer_encoder_layer_fwd(
-        h, attention.embed_dim, attention.num_heads, attention.in_proj_weight, attention.in_proj_bias,
-        attention.out_proj.weight, attention.out_proj.bias, layer.activation_relu_or_gelu == 2,
-        layer.norm_first, layer.norm1.eps, layer.norm1.weight, layer.norm1.bias, layer.norm2.weight,
-        layer.norm2.bias, layer.linear1.weight, layer.linear1.bias, layer.linear2.weight, layer.linear2.bias,
-        None, None)
+        h,
+        attention.embed_dim,
+        attention.num_heads,
+        attention.in_proj_weight,
+        attention.in_proj_bias,
+        attention.out_proj.weight,
+        attention.out_proj.bias,
+        layer.activation_relu_or_gelu == 2,
+        layer.norm_first,
+        layer.norm1.eps,
+        layer.norm1.weight,
+        layer.norm1.bias,
+        layer.norm2.weight,
+        layer.norm2.bias,
+        layer.linear1.weight,
+        layer.linear1.bias,
+        layer.linear2.weight,
+        layer.linear2.bias,
+        None,
+        None,
+    )
 
 
 def last_layer_rows(layer: nn.TransformerEncoderLayer, h: Tensor, rows: Tensor) -> Tensor:
@@ -74,7 +89,8 @@ def encoder_layers(encoder: nn.TransformerEncoder, h: Tensor, rows: Tensor | Non
     last = layers.pop()
     for layer in layers:
         h = fused_layer(layer, h)
-    subset = rows is not None and last.norm_first and last.activation_relu_or_gelu == RELU \
-        and int(rows.sum()) >= MIN_ROWS
+    subset = (
+        rows is not None and last.norm_first and last.activation_relu_or_gelu == RELU and int(rows.sum()) >= MIN_ROWS
+    )
     h = last_layer_rows(last, h, rows) if subset and rows is not None else fused_layer(last, h)
     return h if encoder.norm is None else encoder.norm(h)

@@ -46,7 +46,6 @@ class SpotConfig:
     """Commits older than this share one age embedding."""
 
 
-
 class SpotEncoder(nn.Module):
     """The layers SPOT and SPOT-Sets share (inputs, encoder, position and token heads) and the
     encoder pass (`encode`); each network adds its own `forward` (and SPOT-Sets its own heads)."""
@@ -65,8 +64,16 @@ class SpotEncoder(nn.Module):
         self.token_head = nn.Linear(config.width, 3)
         self.confidence_weight = nn.Parameter(torch.tensor(1.0))
 
-    def encode(self, static: Tensor, candidate: Tensor, ages: Tensor, depth: Tensor, temperature: Tensor,
-               extra: Tensor | None = None, masked_only: bool = False) -> tuple[Tensor, Tensor]:
+    def encode(
+        self,
+        static: Tensor,
+        candidate: Tensor,
+        ages: Tensor,
+        depth: Tensor,
+        temperature: Tensor,
+        extra: Tensor | None = None,
+        masked_only: bool = False,
+    ) -> tuple[Tensor, Tensor]:
         """The encoder's output [N, B, width] and the position head's log-probabilities [N, B];
         `extra` [N, B, width] is added to the input projection (SPOT-Sets' tau features). In
         inference the encoder's fused kernels are called directly (`encoder_layers`, same values),
@@ -100,8 +107,15 @@ class SpotNet(SpotEncoder):
     runner-up is often right.
     """
 
-    def forward(self, static: Tensor, candidate: Tensor, ages: Tensor, depth: Tensor, temperature: Tensor,
-                masked_only: bool = False) -> tuple[Tensor, Tensor]:
+    def forward(
+        self,
+        static: Tensor,
+        candidate: Tensor,
+        ages: Tensor,
+        depth: Tensor,
+        temperature: Tensor,
+        masked_only: bool = False,
+    ) -> tuple[Tensor, Tensor]:
         """static [N, B, S], candidate [N, B, C], ages [N, B], depth [N], temperature [N]
         -> [N, B] log-probabilities of the next committed position (-inf where not masked), and
         [N, B, 3] log-probabilities of TOP / RUNNER_UP / NEITHER at each position; with

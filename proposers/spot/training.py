@@ -29,13 +29,23 @@ from proposers.spot.recipe import SpotRecipe
 STATE_FILE = "train_state.pt"
 
 
-def batch_loss(net: SpotNet, data: dict[str, Tensor], index: Tensor, teacher: SpotEnsemble | None = None,
-               distill_weight: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
+def batch_loss(
+    net: SpotNet,
+    data: dict[str, Tensor],
+    index: Tensor,
+    teacher: SpotEnsemble | None = None,
+    distill_weight: float = 0.0,
+) -> tuple[Tensor, Tensor, Tensor]:
     """Mean NLL of the next committed position plus that of its token outcome (with a teacher, mixed
     with the cross-entropy from its joint distribution); and the number of positions and of token
     outcomes predicted right (argmax)."""
-    inputs = (data["static"][data["view"][index]], data["candidate"][index], data["ages"][index].long(),
-              data["depth"][index], data["temperature"][index])
+    inputs = (
+        data["static"][data["view"][index]],
+        data["candidate"][index],
+        data["ages"][index].long(),
+        data["depth"][index],
+        data["temperature"][index],
+    )
     position_logp, token_logp = net(*inputs)
     label, token = data["label"][index], data["token"][index].long()
     at_label = token_logp[torch.arange(index.numel()), label]
@@ -70,8 +80,10 @@ def evaluate(net: SpotNet, data: dict[str, Tensor], batch_size: int) -> dict[str
 def checkpoint_at(folder: str, field_name: str) -> tuple[SpotNet, dict]:
     """A recipe's reference to a SPOT checkpoint folder: the network and the record of it."""
     if not (Path(folder) / CONFIG_FILE).exists():
-        raise UserError(f"{field_name} {folder} holds no SPOT checkpoint ({CONFIG_FILE}); "
-                        f"give the folder that train-proposer --out wrote")
+        raise UserError(
+            f"{field_name} {folder} holds no SPOT checkpoint ({CONFIG_FILE}); "
+            f"give the folder that train-proposer --out wrote"
+        )
     meta = json.loads((Path(folder) / CONFIG_FILE).read_text())
     return load_spot(folder), {"folder": str(folder), "provenance": meta.get("provenance", {})}
 
@@ -80,8 +92,10 @@ def initial_weights(folder: str, config: SpotConfig) -> tuple[dict[str, Tensor],
     """The weights and provenance of the checkpoint a fine-tuning recipe starts from."""
     start, record = checkpoint_at(folder, "init_checkpoint")
     if start.config != config:
-        raise UserError(f"init_checkpoint {folder} has model {dataclasses.asdict(start.config)}, the recipe "
-                        f"{dataclasses.asdict(config)}; make the recipe's model match it")
+        raise UserError(
+            f"init_checkpoint {folder} has model {dataclasses.asdict(start.config)}, the recipe "
+            f"{dataclasses.asdict(config)}; make the recipe's model match it"
+        )
     return start.state_dict(), record
 
 
@@ -91,15 +105,18 @@ def teachers_of(recipe: SpotRecipe, config: SpotConfig) -> tuple[SpotEnsemble | 
     for folder in recipe.teachers:
         net, record = checkpoint_at(folder, "teacher")
         if net.config.max_age != config.max_age:
-            raise UserError(f"teacher {folder} dates commits up to max_age {net.config.max_age}, the recipe's "
-                            f"model up to {config.max_age}; use teachers trained with the recipe's max_age")
+            raise UserError(
+                f"teacher {folder} dates commits up to max_age {net.config.max_age}, the recipe's "
+                f"model up to {config.max_age}; use teachers trained with the recipe's max_age"
+            )
         nets.append(net)
         records.append(record)
     return (SpotEnsemble(nets).eval() if nets else None), records
 
 
-def resumed(path: Path, recipe: object, net: nn.Module, optimizer: torch.optim.Optimizer, order: torch.Generator
-            ) -> dict | None:
+def resumed(
+    path: Path, recipe: object, net: nn.Module, optimizer: torch.optim.Optimizer, order: torch.Generator
+) -> dict | None:
     """The training state a run folder keeps (None on a fresh run; a run of another recipe is
     refused), with the network, the optimizer and the example order restored from it."""
     state = load_state(path, recipe, "use a new --run-dir")
@@ -110,8 +127,14 @@ def resumed(path: Path, recipe: object, net: nn.Module, optimizer: torch.optim.O
     return state
 
 
-def train(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], run_dir: Path, out_dir: Path,
-          map_chunks: ChunkMap | None = None) -> dict:
+def train(
+    recipe: SpotRecipe,
+    target: DLMTarget,
+    jobs: list[Job],
+    run_dir: Path,
+    out_dir: Path,
+    map_chunks: ChunkMap | None = None,
+) -> dict:
     """Collect `jobs` (or reuse the run folder's data; `map_chunks` says where chunks run, see
     `collect_all`), train (or resume) and save the checkpoint to `out_dir`."""
     config = SpotConfig(**recipe.model)
@@ -119,8 +142,12 @@ def train(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], run_dir: Path,
     if recipe.init_checkpoint is not None:
         weights, started_from = initial_weights(recipe.init_checkpoint, config)
     teacher, taught_by = teachers_of(recipe, config)
-    parts, sources = collected(run_dir, collection_of(recipe), "target, tasks, temperatures, lengths, seed or depth",
-                               lambda: collect_all(recipe, target, jobs, map_chunks))
+    parts, sources = collected(
+        run_dir,
+        collection_of(recipe),
+        "target, tasks, temperatures, lengths, seed or depth",
+        lambda: collect_all(recipe, target, jobs, map_chunks),
+    )
     validation, training = (Views.cat(chosen) for chosen in held_out(parts, recipe.seed, recipe.validation_fraction))
     training_seed = recipe.seed if recipe.training_seed is None else recipe.training_seed
     torch.manual_seed(training_seed)
@@ -153,8 +180,13 @@ def train(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], run_dir: Path,
         progress.update(1)
         progress.set_postfix(loss=f"{loss.item():.3f}")
         if step % recipe.checkpoint_every == 0 or step == recipe.steps:
-            state = dict(recipe=dataclasses.asdict(recipe), model=net.state_dict(),
-                         optimizer=optimizer.state_dict(), order=order.get_state(), step=step)
+            state = dict(
+                recipe=dataclasses.asdict(recipe),
+                model=net.state_dict(),
+                optimizer=optimizer.state_dict(),
+                order=order.get_state(),
+                step=step,
+            )
             if averaged is not None:
                 state["averaged"] = averaged.state_dict()
             save_state(state_path, state)
@@ -165,9 +197,14 @@ def train(recipe: SpotRecipe, target: DLMTarget, jobs: list[Job], run_dir: Path,
     report = {
         "recipe": dataclasses.asdict(recipe),
         "provenance": {
-            "target": recipe.target, "data": sorted({s.split("/")[0] + "/train" for s in sources}),
-            "generations": len(sources), "seed": recipe.seed, "training_seed": training_seed,
-            "init_checkpoint": started_from, "teachers": taught_by, "git_revision": git_revision(),
+            "target": recipe.target,
+            "data": sorted({s.split("/")[0] + "/train" for s in sources}),
+            "generations": len(sources),
+            "seed": recipe.seed,
+            "training_seed": training_seed,
+            "init_checkpoint": started_from,
+            "teachers": taught_by,
+            "git_revision": git_revision(),
         },
         "examples": {"train": count, "validation": validation["label"].numel()},
         "validation": evaluate(net, validation, 1024),

@@ -156,7 +156,8 @@ class PathSearch(Generic[Step, Out]):
         self.calls = 0
         self.rows = 0
         self._ages: dict[tuple[Step, ...], list[int]] = {
-            (): root_ages(request.root, request.rule.mask_id, request.history, net.config.max_age).tolist()}
+            (): root_ages(request.root, request.rule.mask_id, request.history, net.config.max_age).tolist()
+        }
 
     def at_depth(self, depth: int) -> DepthTables:
         """The candidates the target's rule sees at `depth` (noise of step + depth); without noise
@@ -199,9 +200,14 @@ class SearchInputs(PathSearch[int, Output]):
         features = torch.stack([self.at_depth(depth).features for depth in depths])
         ages = torch.tensor([self.ages(path) for path in paths], device=self.device)
         with torch.inference_mode():  # the same kernels with less dispatch work per operation
-            position, token = self.net(self.static.expand(n, -1, -1), features, ages,
-                                       torch.tensor(depths, device=self.device),
-                                       torch.full((n,), self.temperature, device=self.device), masked_only=True)
+            position, token = self.net(
+                self.static.expand(n, -1, -1),
+                features,
+                ages,
+                torch.tensor(depths, device=self.device),
+                torch.full((n,), self.temperature, device=self.device),
+                masked_only=True,
+            )
             position, token = position.cpu(), token.cpu()
         tokens = token.tolist()
         for i, path in enumerate(paths):
@@ -227,13 +233,14 @@ class SearchInputs(PathSearch[int, Output]):
         while cut >= 0 and path[:cut] not in self.outputs:
             cut -= 1
         output = self.outputs[path[:cut]] if cut >= 0 else self.prior
-        removed = path[max(cut, 0):]
+        removed = path[max(cut, 0) :]
         mass = sum(math.exp(output.position_list[position]) for position in removed)
         return output, removed, math.log(max(1.0 - mass, 1e-30))
 
 
-def plan(inputs: SearchInputs, frontier: list[Entry], paths: list[Path], drafted: int, missed: Entry,
-         lookahead: int) -> list[Path]:
+def plan(
+    inputs: SearchInputs, frontier: list[Entry], paths: list[Path], drafted: int, missed: Entry, lookahead: int
+) -> list[Path]:
     """The paths to evaluate in one call: the missed node's, then those a stand-in replay of the
     search expands next, uncached, up to `lookahead` rows.
 
@@ -266,8 +273,9 @@ def plan(inputs: SearchInputs, frontier: list[Entry], paths: list[Path], drafted
                 heapq.heappush(frontier, (neg_logp - logp, counter, parent, depth, child, TOP))
                 continue
             for choice in (TOP, RUNNER_UP):
-                heapq.heappush(frontier, (neg_logp - logp - output.token[child][choice], counter, parent, depth,
-                                          child, choice))
+                heapq.heappush(
+                    frontier, (neg_logp - logp - output.token[child][choice], counter, parent, depth, child, choice)
+                )
     return wanted
 
 

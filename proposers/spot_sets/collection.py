@@ -78,19 +78,20 @@ class SetViews:
 
 
 def outcome(drafted_tokens: Tensor, runner_up: Tensor, position: int, token: int) -> int:
-    return TOP if int(drafted_tokens[position]) == token else RUNNER_UP if int(runner_up[position]) == token \
-        else NEITHER
+    return (
+        TOP if int(drafted_tokens[position]) == token else RUNNER_UP if int(runner_up[position]) == token else NEITHER
+    )
 
 
 @torch.no_grad()
-def collect(target: DLMTarget, prompt_ids: list[int], settings: Collecting, temperature: float, seed: int
-            ) -> SetViews:
+def collect(target: DLMTarget, prompt_ids: list[int], settings: Collecting, temperature: float, seed: int) -> SetViews:
     """Plain threshold decoding of one prompt, reduced to its SPOT-Sets examples."""
     rule = parse_rule(settings.rule, target.family, target.mask_id)
     top1 = Rule("top1", rule.mask_id, rule.confidence)
     size, mask_id = settings.block_length, target.mask_id
-    plain = plain_decode(target, prompt_ids, DecodeConfig(rule, settings.gen_length, size, temperature, seed),
-                         keep_logits=True)
+    plain = plain_decode(
+        target, prompt_ids, DecodeConfig(rule, settings.gen_length, size, temperature, seed), keep_logits=True
+    )
     noise = NoiseSource(seed, size, target.vocab_size) if temperature > 0 else None
     statics: list[Tensor] = []
     examples: dict[str, list] = {k: [] for k in ("view", "candidate", "ages", "depth", "argmax", "in_set", "token")}
@@ -125,33 +126,54 @@ def collect(target: DLMTarget, prompt_ids: list[int], settings: Collecting, temp
                 token = torch.full((size,), NOT_COMMITTED, dtype=torch.int8)
                 for position, committed in zip(transition.positions, transition.tokens):
                     token[position] = outcome(drafted.tokens, drafted.runner_up, position, committed)
-                for name, value in (("view", len(statics) - 1), ("candidate", drafted.features),
-                                    ("ages", torch.tensor(ages, dtype=torch.int8)), ("depth", depth),
-                                    ("argmax", argmax.positions[0]), ("in_set", in_set), ("token", token)):
+                for name, value in (
+                    ("view", len(statics) - 1),
+                    ("candidate", drafted.features),
+                    ("ages", torch.tensor(ages, dtype=torch.int8)),
+                    ("depth", depth),
+                    ("argmax", argmax.positions[0]),
+                    ("in_set", in_set),
+                    ("token", token),
+                ):
                     examples[name].append(value)
                 ages = commit_set(ages, transition.positions)
-    stack = {name: torch.stack(values) if name in ("candidate", "ages", "in_set", "token") else torch.tensor(values)
-             for name, values in examples.items()}
-    return SetViews(torch.stack(statics), stack["view"], stack["candidate"], stack["ages"], stack["depth"],
-                    stack["argmax"], stack["in_set"], stack["token"], temperature)
+    stack = {
+        name: torch.stack(values) if name in ("candidate", "ages", "in_set", "token") else torch.tensor(values)
+        for name, values in examples.items()
+    }
+    return SetViews(
+        torch.stack(statics),
+        stack["view"],
+        stack["candidate"],
+        stack["ages"],
+        stack["depth"],
+        stack["argmax"],
+        stack["in_set"],
+        stack["token"],
+        temperature,
+    )
 
 
 def collect_jobs(settings: Collecting, target: DLMTarget, first: int, jobs: list[Job]) -> list[SetViews]:
     """Generations `first`, `first + 1`, ... of the jobs: generation k decodes with seed `settings.seed + k`."""
-    return [collect(target, ids, settings, temperature, settings.seed + first + k)
-            for k, (_, ids, temperature) in enumerate(jobs)]
+    return [
+        collect(target, ids, settings, temperature, settings.seed + first + k)
+        for k, (_, ids, temperature) in enumerate(jobs)
+    ]
 
 
 def collect_chunk(first: int, settings: Collecting, jobs: list[Job]) -> list[SetViews]:
     """One chunk, loading the target where it runs (a model does not travel as an argument)."""
     from harness.targets.registry import load_dlm_target
 
-    return collect_jobs(settings, load_dlm_target(settings.target, what="SPOT-Sets"), first,
-                        jobs[first : first + CHUNK])
+    return collect_jobs(
+        settings, load_dlm_target(settings.target, what="SPOT-Sets"), first, jobs[first : first + CHUNK]
+    )
 
 
-def collect_all(settings: Collecting, target: DLMTarget, jobs: list[Job], map_chunks: ChunkMap | None = None
-                ) -> tuple[list[SetViews], list[str]]:
+def collect_all(
+    settings: Collecting, target: DLMTarget, jobs: list[Job], map_chunks: ChunkMap | None = None
+) -> tuple[list[SetViews], list[str]]:
     """Every generation of `jobs`, in job order, and their sources (`task/split/i@T=t`); chunks run
     here or through `map_chunks` (see `proposers.spot.collection.collect_all`)."""
     return collect_in_chunks(collect_jobs, collect_chunk, settings, target, jobs, map_chunks)

@@ -97,8 +97,9 @@ class SpotSetsNet(SpotEncoder):
             nn.init.zeros_(module.weight)
             nn.init.zeros_(module.bias)
 
-    def forward(self, static: Tensor, candidate: Tensor, ages: Tensor, depth: Tensor, temperature: Tensor,
-                tau: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(
+        self, static: Tensor, candidate: Tensor, ages: Tensor, depth: Tensor, temperature: Tensor, tau: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """static [N, B, S], candidate [N, B, C], ages [N, B], depth [N], temperature [N], tau [N] ->
         [N, B] log q (-inf where not masked), [N, B] commit logits, [N, B, 3] token log-probabilities."""
         gaps = tau_features(candidate, tau)
@@ -139,8 +140,9 @@ class Calibration:
     token_temperature: float | Tensor = 1.0
     top_bias: float | Tensor = 0.0
 
-    def apply(self, position: Tensor, commit: Tensor, token: Tensor, gap: Tensor, odds_gap: Tensor
-              ) -> tuple[Tensor, Tensor, Tensor]:
+    def apply(
+        self, position: Tensor, commit: Tensor, token: Tensor, gap: Tensor, odds_gap: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Calibrated (log q, commit logits, token log-probabilities) from the network's and `rule_inputs`."""
         position = (position / self.position_temperature + self.position_rule_weight * gap).log_softmax(-1)
         commit = commit * self.commit_scale + self.commit_bias + self.commit_rule_weight * odds_gap
@@ -149,8 +151,16 @@ class Calibration:
         return position, commit, (token / self.token_temperature + self.top_bias * top).log_softmax(-1)
 
 
-def predict(net: nn.Module, calibration: Calibration | None, static: Tensor, candidate: Tensor, ages: Tensor,
-            depth: Tensor, temperature: Tensor, tau: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def predict(
+    net: nn.Module,
+    calibration: Calibration | None,
+    static: Tensor,
+    candidate: Tensor,
+    ages: Tensor,
+    depth: Tensor,
+    temperature: Tensor,
+    tau: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
     """The network's outputs (`SpotSetsNet.forward`), calibrated when a calibration is given: what the
     tree multiplies and what evaluation scores."""
     position, commit, token = net(static, candidate, ages, depth, temperature, tau)

@@ -96,8 +96,10 @@ class SpotSetsRecipe:
     def __post_init__(self) -> None:
         object.__setattr__(self, "temperatures", tuple(self.temperatures))
         if threshold_tau(self.rule) is None:
-            raise ValueError(f"rule must be threshold:TAU with TAU in (0, 1], not {self.rule!r} (SPOT-Sets drafts "
-                             "the sets of threshold decoding; train SPOT for top1)")
+            raise ValueError(
+                f"rule must be threshold:TAU with TAU in (0, 1], not {self.rule!r} (SPOT-Sets drafts "
+                "the sets of threshold decoding; train SPOT for top1)"
+            )
         if self.depth_decay == 0:
             raise ValueError("depth_decay must be in (0, 1], not 0")
 
@@ -123,46 +125,68 @@ class SpotSetsRecipe:
 def collection_of(recipe: SpotSetsRecipe) -> dict:
     """The fields that decide what is collected: a run folder's data is reused only by a recipe that
     agrees on all of them."""
-    return {"target": recipe.target, "rule": recipe.rule, "tasks": dict(recipe.tasks),
-            "temperatures": list(recipe.temperatures), "gen_length": recipe.gen_length,
-            "block_length": recipe.block_length, "seed": recipe.seed, "max_depth": recipe.max_depth,
-            "max_age": recipe.max_age}
+    return {
+        "target": recipe.target,
+        "rule": recipe.rule,
+        "tasks": dict(recipe.tasks),
+        "temperatures": list(recipe.temperatures),
+        "gen_length": recipe.gen_length,
+        "block_length": recipe.block_length,
+        "seed": recipe.seed,
+        "max_depth": recipe.max_depth,
+        "max_age": recipe.max_age,
+    }
 
 
-def forward(net: nn.Module, data: dict[str, Tensor], index: Tensor, tau: float,
-            calibration: Calibration | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    return predict(net, calibration, data["static"][data["view"][index]], data["candidate"][index],
-                   data["ages"][index].long(), data["depth"][index], data["temperature"][index],
-                   torch.full((index.numel(),), tau))
+def forward(
+    net: nn.Module, data: dict[str, Tensor], index: Tensor, tau: float, calibration: Calibration | None = None
+) -> tuple[Tensor, Tensor, Tensor]:
+    return predict(
+        net,
+        calibration,
+        data["static"][data["view"][index]],
+        data["candidate"][index],
+        data["ages"][index].long(),
+        data["depth"][index],
+        data["temperature"][index],
+        torch.full((index.numel(),), tau),
+    )
 
 
-def set_nll(position: Tensor, commit: Tensor, token: Tensor, data: dict[str, Tensor], index: Tensor
-            ) -> tuple[Tensor, Tensor, Tensor]:
+def set_nll(
+    position: Tensor, commit: Tensor, token: Tensor, data: dict[str, Tensor], index: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     """Per example: -log q(argmax), the commit NLL of every other masked position, and the token NLL
     of the committed positions: together -log P(the child the target takes) under the tree's model."""
     argmax, in_set, outcome = data["argmax"][index], data["in_set"][index], data["token"][index].long()
     others = data["ages"][index] == MASKED
     others[torch.arange(index.numel()), argmax] = False
-    commit_nll = (nn.functional.binary_cross_entropy_with_logits(commit, in_set.float(), reduction="none")
-                  * others).sum(1)
+    commit_nll = (
+        nn.functional.binary_cross_entropy_with_logits(commit, in_set.float(), reduction="none") * others
+    ).sum(1)
     token_nll = -(token.gather(2, outcome.clamp_min(0)[..., None]).squeeze(2) * in_set).sum(1)
     return -position.gather(1, argmax[:, None]).squeeze(1), commit_nll, token_nll
 
 
-def hits(argmax: Tensor, chosen: Tensor, tokens_right: Tensor, data: dict[str, Tensor], index: Tensor
-         ) -> dict[str, int]:
+def hits(
+    argmax: Tensor, chosen: Tensor, tokens_right: Tensor, data: dict[str, Tensor], index: Tensor
+) -> dict[str, int]:
     """How often a predicted argmax, set (`chosen`, [N, B] bool) and set-with-tokens are the target's."""
     masked = data["ages"][index] == MASKED
     in_set = data["in_set"][index]
     set_right = ((chosen == in_set) | ~masked).all(1)
     child_right = set_right & (tokens_right | ~in_set).all(1)
-    return {"argmax": int((argmax == data["argmax"][index]).sum()), "set": int(set_right.sum()),
-            "child": int(child_right.sum())}
+    return {
+        "argmax": int((argmax == data["argmax"][index]).sum()),
+        "set": int(set_right.sum()),
+        "child": int(child_right.sum()),
+    }
 
 
 @torch.no_grad()
-def evaluate(net: nn.Module, data: dict[str, Tensor], tau: float, calibration: Calibration | None = None,
-             batch_size: int = 1024) -> dict[str, float]:
+def evaluate(
+    net: nn.Module, data: dict[str, Tensor], tau: float, calibration: Calibration | None = None, batch_size: int = 1024
+) -> dict[str, float]:
     """Mean NLL and accuracies on `data`: the argmax, the most probable set (argmax plus every position
     whose commit probability is > 1/2), that set with the best tokens (the tree's first child), and
     the same for the stale view's own threshold rule (the confidence-set baseline)."""
@@ -204,26 +228,39 @@ def initial_weights(folder: str, net: SpotSetsNet) -> dict:
     elif (path / SPOT_CONFIG_FILE).exists():
         start, record = checkpoint_at(folder, "init_checkpoint")
     else:
-        raise UserError(f"init_checkpoint {folder} holds no SPOT or SPOT-Sets checkpoint; give a folder that "
-                        "train-proposer --out wrote")
+        raise UserError(
+            f"init_checkpoint {folder} holds no SPOT or SPOT-Sets checkpoint; give a folder that "
+            "train-proposer --out wrote"
+        )
     if start.config != net.config:
-        raise UserError(f"init_checkpoint {folder} has model {dataclasses.asdict(start.config)}, the recipe "
-                        f"{dataclasses.asdict(net.config)}; make the recipe's model match it")
+        raise UserError(
+            f"init_checkpoint {folder} has model {dataclasses.asdict(start.config)}, the recipe "
+            f"{dataclasses.asdict(net.config)}; make the recipe's model match it"
+        )
     missing, unexpected = net.load_state_dict(start.state_dict(), strict=False)
     assert not unexpected and set(missing) <= {n for n in net.state_dict() if n.startswith(("tau_", "commit_"))}
     return record
 
 
-def train(recipe: SpotSetsRecipe, target: DLMTarget, jobs: list[Job], run_dir: Path, out_dir: Path,
-          map_chunks: ChunkMap | None = None) -> dict:
+def train(
+    recipe: SpotSetsRecipe,
+    target: DLMTarget,
+    jobs: list[Job],
+    run_dir: Path,
+    out_dir: Path,
+    map_chunks: ChunkMap | None = None,
+) -> dict:
     """Collect `jobs` (or reuse the run folder's data), train (or resume) and save the checkpoint."""
     config = SpotConfig(**recipe.model)
     torch.manual_seed(recipe.seed if recipe.training_seed is None else recipe.training_seed)
     net = SpotSetsNet(config)
     started_from = initial_weights(recipe.init_checkpoint, net) if recipe.init_checkpoint else None
-    parts, sources = collected(run_dir, collection_of(recipe),
-                               "target, rule, tasks, temperatures, lengths, seed or depth",
-                               lambda: collect_all(recipe, target, jobs, map_chunks))
+    parts, sources = collected(
+        run_dir,
+        collection_of(recipe),
+        "target, rule, tasks, temperatures, lengths, seed or depth",
+        lambda: collect_all(recipe, target, jobs, map_chunks),
+    )
     validation, training = (SetViews.cat(chosen) for chosen in held_out(parts, recipe.seed, recipe.validation_fraction))
     probe = every_kth(validation, EVAL_EXAMPLES)
     training_seed = recipe.seed if recipe.training_seed is None else recipe.training_seed
@@ -233,8 +270,9 @@ def train(recipe: SpotSetsRecipe, target: DLMTarget, jobs: list[Job], run_dir: P
         raise UserError(f"trainable names no parameter: {', '.join(unknown)}; parameters: {', '.join(names)}")
     for name, parameter in net.named_parameters():
         parameter.requires_grad_(recipe.trainable is None or name.startswith(tuple(recipe.trainable)))
-    optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=recipe.learning_rate,
-                                  weight_decay=recipe.weight_decay)
+    optimizer = torch.optim.AdamW(
+        [p for p in net.parameters() if p.requires_grad], lr=recipe.learning_rate, weight_decay=recipe.weight_decay
+    )
     order = torch.Generator().manual_seed(training_seed + 1)
     step, curve = 0, []
     state_path = run_dir / STATE_FILE
@@ -258,16 +296,30 @@ def train(recipe: SpotSetsRecipe, target: DLMTarget, jobs: list[Job], run_dir: P
             curve.append({"step": step} | evaluate(net.eval(), probe, recipe.tau))
             net.train()
         if step % recipe.checkpoint_every == 0 or step == recipe.steps:
-            save_state(state_path, dict(recipe=dataclasses.asdict(recipe), model=net.state_dict(), curve=curve,
-                                        optimizer=optimizer.state_dict(), order=order.get_state(), step=step))
+            save_state(
+                state_path,
+                dict(
+                    recipe=dataclasses.asdict(recipe),
+                    model=net.state_dict(),
+                    curve=curve,
+                    optimizer=optimizer.state_dict(),
+                    order=order.get_state(),
+                    step=step,
+                ),
+            )
     progress.close()
     net.eval()
     report = {
         "recipe": dataclasses.asdict(recipe),
         "provenance": {
-            "target": recipe.target, "rule": recipe.rule, "tau": recipe.tau,
-            "data": sorted({s.split("/")[0] + "/train" for s in sources}), "generations": len(sources),
-            "seed": recipe.seed, "training_seed": training_seed, "init_checkpoint": started_from,
+            "target": recipe.target,
+            "rule": recipe.rule,
+            "tau": recipe.tau,
+            "data": sorted({s.split("/")[0] + "/train" for s in sources}),
+            "generations": len(sources),
+            "seed": recipe.seed,
+            "training_seed": training_seed,
+            "init_checkpoint": started_from,
             "git_revision": git_revision(),
         },
         "examples": {"train": training["argmax"].numel(), "validation": validation["argmax"].numel()},

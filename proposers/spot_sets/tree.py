@@ -102,18 +102,21 @@ class Children:
         following = last + 1
         if last >= 0 and ranks[last] + 1 < len(self.variables[last]):
             step = self.cost(last, ranks[last] + 1) - self.cost(last, ranks[last])
-            out.append((step, ranks[:last] + (ranks[last] + 1,) + ranks[last + 1:], last))
+            out.append((step, ranks[:last] + (ranks[last] + 1,) + ranks[last + 1 :], last))
         if following < len(self.variables):
             added = self.cost(following, 1)
-            out.append((added, ranks[:following] + (1,) + ranks[following + 1:], following))
+            out.append((added, ranks[:following] + (1,) + ranks[following + 1 :], following))
             if last >= 0 and ranks[last] == 1:
-                moved = ranks[:last] + (0, 1) + ranks[following + 1:]
+                moved = ranks[:last] + (0, 1) + ranks[following + 1 :]
                 out.append((added - self.cost(last, 1), moved, following))
         return out
 
     def transition(self, ranks: tuple[int, ...], tables: DepthTables) -> Transition:
-        chosen = sorted((self.variables[v][r][1], self.variables[v][r][2]) for v, r in enumerate(ranks)
-                        if self.variables[v][r][2] != OUT)
+        chosen = sorted(
+            (self.variables[v][r][1], self.variables[v][r][2])
+            for v, r in enumerate(ranks)
+            if self.variables[v][r][2] != OUT
+        )
         return Transition(tuple(p for p, _ in chosen), tuple(tables.tokens[c][p] for p, c in chosen))
 
 
@@ -177,11 +180,15 @@ class SetSearch(PathSearch[tuple[int, ...], Output]):
         assert tau is not None  # a threshold rule (SpotSetsProposer.rule)
         with torch.inference_mode():
             position, commit, token = predict(
-                self.net, self.calibration, self.static.expand(n, -1, -1),
+                self.net,
+                self.calibration,
+                self.static.expand(n, -1, -1),
                 torch.stack([self.at_depth(d).features for d in depths]),
-                torch.tensor([self.ages(p) for p in paths], device=device), torch.tensor(depths, device=device),
+                torch.tensor([self.ages(p) for p in paths], device=device),
+                torch.tensor(depths, device=device),
                 torch.full((n,), self.request.temperature, device=device),
-                torch.full((n,), float(tau), device=device))
+                torch.full((n,), float(tau), device=device),
+            )
         position, commit, token = position.cpu(), commit.cpu(), token.cpu()
         for i, path in enumerate(paths):
             self.outputs[path] = to_output(position[i], commit[i], token[i])
@@ -206,14 +213,14 @@ def upcoming(frontier: list[Entry], paths: list[Path], search: SetSearch, most: 
             path = paths[what]
         else:
             path = paths[what.node] + (what.transition(ranks, search.at_depth(what.depth)).positions,)
-        if len(out) < most and path not in search.outputs and path not in out \
-                and search.ages(path).count(MASKED) > 1:
+        if len(out) < most and path not in search.outputs and path not in out and search.ages(path).count(MASKED) > 1:
             out.append(path)
     return out
 
 
-def grow(net: SpotSetsNet, calibration: Calibration | None, request: DraftRequest, lookahead: int
-         ) -> tuple[DraftTree, SetSearch]:
+def grow(
+    net: SpotSetsNet, calibration: Calibration | None, request: DraftRequest, lookahead: int
+) -> tuple[DraftTree, SetSearch]:
     """The best-first SPOT-Sets tree of `request` (stale view present, threshold rule, budget > 0),
     and what the search read (its calls and rows)."""
     search = SetSearch(net, calibration, request)

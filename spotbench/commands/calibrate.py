@@ -34,16 +34,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("proposer", help="spot-sets or spot-sets:DIR (the checkpoint to calibrate)")
     parser.add_argument("--model", required=True, help="target: a zoo model, tiny-random:<family> or a folder")
     parser.add_argument("--out", required=True, help="folder for the calibrated copy")
-    parser.add_argument("--tasks", default="arith:25,gsm8k:25",
-                        help=f"TASK[/SPLIT]:N,... at most {MAX_PROMPTS} prompts in all; SPLIT train (default) or "
-                             "validation")
+    parser.add_argument(
+        "--tasks",
+        default="arith:25,gsm8k:25",
+        help=f"TASK[/SPLIT]:N,... at most {MAX_PROMPTS} prompts in all; SPLIT train (default) or validation",
+    )
     parser.add_argument("--rule", help="threshold:TAU (default: the rule the checkpoint was trained for)")
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="prompt k decodes with seed + k")
-    parser.add_argument("--run-dir", help="keep the collected trajectories here; a rerun with the same collection "
-                                          "settings reuses them")
+    parser.add_argument(
+        "--run-dir", help="keep the collected trajectories here; a rerun with the same collection settings reuses them"
+    )
     parser.set_defaults(func=run)
 
 
@@ -85,8 +88,10 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     family, argument = parse_proposer(args.proposer)
     if family is not PROPOSERS["spot-sets"]:
-        raise UserError(f"spotbench calibrate calibrates spot-sets checkpoints, not {args.proposer!r} "
-                        "(Spiffy graphs: spotbench calibrate-spiffy)")
+        raise UserError(
+            f"spotbench calibrate calibrates spot-sets checkpoints, not {args.proposer!r} "
+            "(Spiffy graphs: spotbench calibrate-spiffy)"
+        )
     folder = spot_sets_folder(argument)
     meta = read_meta(folder)
     rule = args.rule or meta["provenance"]["rule"]
@@ -108,14 +113,23 @@ def run(args: argparse.Namespace) -> int:
     target = load_dlm_target(args.model, what="SPOT-Sets")
     names, prompts = load_prompts(sources, target)
     jobs = [(name, ids, t) for name, ids in zip(names, prompts) for t in temps]
-    settings = Settings(args.model, rule, args.gen_length, args.block_length, args.seed,
-                        meta["config"]["max_depth"], meta["config"]["max_age"])
+    settings = Settings(
+        args.model,
+        rule,
+        args.gen_length,
+        args.block_length,
+        args.seed,
+        meta["config"]["max_depth"],
+        meta["config"]["max_age"],
+    )
     collection = asdict(settings) | {"prompts": names, "temperatures": temps}
     cache = Path(args.run_dir) / DATA_FILE if args.run_dir else None
     saved = torch.load(cache, weights_only=False) if cache is not None and cache.exists() else None
     if saved is not None and saved["collection"] != collection:
-        raise UserError(f"{cache} was collected with other settings (model, rule, prompts, temperatures, lengths, "
-                        "seed); use a new --run-dir")
+        raise UserError(
+            f"{cache} was collected with other settings (model, rule, prompts, temperatures, lengths, "
+            "seed); use a new --run-dir"
+        )
     parts = saved["parts"] if saved is not None else collect_all(settings, target, jobs)[0]
     if cache is not None and saved is None:
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -125,13 +139,24 @@ def run(args: argparse.Namespace) -> int:
     calibration = fit_calibration(net, data, tau)
     record = {
         "calibration": asdict(calibration),
-        "fit": {"examples": data["argmax"].numel(), "before": evaluate(net, data, tau),
-                "after": evaluate(net, data, tau, calibration)},
+        "fit": {
+            "examples": data["argmax"].numel(),
+            "before": evaluate(net, data, tau),
+            "after": evaluate(net, data, tau, calibration),
+        },
         "provenance": {
-            "target": args.model, "family": target.family.name, "rule": rule, "tau": tau,
-            "block_length": args.block_length, "gen_length": args.gen_length, "temperatures": temps,
-            "seed": args.seed, "prompts": names, "checkpoint": args.proposer,
-            "checkpoint_provenance": meta["provenance"], "git_revision": git_revision(),
+            "target": args.model,
+            "family": target.family.name,
+            "rule": rule,
+            "tau": tau,
+            "block_length": args.block_length,
+            "gen_length": args.gen_length,
+            "temperatures": temps,
+            "seed": args.seed,
+            "prompts": names,
+            "checkpoint": args.proposer,
+            "checkpoint_provenance": meta["provenance"],
+            "git_revision": git_revision(),
         },
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -31,8 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--model", required=True, help="target: a zoo model, tiny-random:<family> or a folder")
     parser.add_argument("--out", required=True, help="calibration folder (spiffy.json)")
-    parser.add_argument("--tasks", default="gsm8k:25,mbpp:25",
-                        help="TASK[/SPLIT]:N,... the first N prompts of each; SPLIT is train (default) or validation")
+    parser.add_argument(
+        "--tasks",
+        default="gsm8k:25,mbpp:25",
+        help="TASK[/SPLIT]:N,... the first N prompts of each; SPLIT is train (default) or validation",
+    )
     parser.add_argument("--rule", default="top1", help="top1 or threshold:TAU")
     parser.add_argument("--temperatures", default="0,1", help="one graph per temperature")
     parser.add_argument("--block-length", type=int, default=32)
@@ -56,8 +59,10 @@ def calibration_set(text: str) -> list[tuple[str, str, int]]:
         task = get_task(name)
         usable = ", ".join(s for s in task.splits if s in CALIBRATION_SPLITS) or "none"
         if split == "test":
-            raise UserError(f"--tasks {item}: calibration prompts must not come from a test split "
-                            f"(splits of {name} to calibrate on: {usable})")
+            raise UserError(
+                f"--tasks {item}: calibration prompts must not come from a test split "
+                f"(splits of {name} to calibrate on: {usable})"
+            )
         if split not in CALIBRATION_SPLITS or split not in task.splits:
             raise UserError(f"--tasks {item}: task {name!r} has no calibration split {split!r} (usable: {usable})")
         items.append((name, split, int(count)))
@@ -114,11 +119,24 @@ def run(args: argparse.Namespace) -> int:
     rule = parse_rule(args.rule, target.family, target.mask_id)
     graphs = calibrate(target, prompts, rule, temps, args.gen_length, args.block_length, args.nodes, args.seed)
     provenance = {
-        "target": args.model, "family": target.family.name, "block_length": args.block_length,
-        "gen_length": args.gen_length, "rule": args.rule, "temperatures": temps, "nodes": args.nodes,
-        "seed": args.seed, "prompts": names, "git_revision": git_revision(),
+        "target": args.model,
+        "family": target.family.name,
+        "block_length": args.block_length,
+        "gen_length": args.gen_length,
+        "rule": args.rule,
+        "temperatures": temps,
+        "nodes": args.nodes,
+        "seed": args.seed,
+        "prompts": names,
+        "git_revision": git_revision(),
     }
     SpiffyCalibration(provenance, graphs).save(Path(args.out))
-    print(json.dumps({f"{t:g}": {"roots": g.roots, "top": [[list(e) for e in p] for p in g.patterns[:4]]}
-                      for t, g in graphs.items()}))
+    print(
+        json.dumps(
+            {
+                f"{t:g}": {"roots": g.roots, "top": [[list(e) for e in p] for p in g.patterns[:4]]}
+                for t, g in graphs.items()
+            }
+        )
+    )
     return 0

@@ -11,13 +11,21 @@ from spotbench.commands import add_recipe_arguments
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "convert", help="convert an AR LM (smollm2, a Llama/Qwen2/Qwen3 causal-LM folder) into a block-diffusion "
-                        "target by training a gated adapter from a recipe (resumes)"
+        "convert",
+        help="convert an AR LM (smollm2, a Llama/Qwen2/Qwen3 causal-LM folder) into a block-diffusion "
+        "target by training a gated adapter from a recipe (resumes)",
     )
-    add_recipe_arguments(parser, "zoo/recipes/sdar-smollm2.yaml",
-                         "run folder (train_state.pt, model/); re-running resumes an unfinished conversion")
-    parser.add_argument("--stop-after-minutes", type=float, default=None,
-                        help="checkpoint and stop after this much training time (re-run to resume)")
+    add_recipe_arguments(
+        parser,
+        "zoo/recipes/sdar-smollm2.yaml",
+        "run folder (train_state.pt, model/); re-running resumes an unfinished conversion",
+    )
+    parser.add_argument(
+        "--stop-after-minutes",
+        type=float,
+        default=None,
+        help="checkpoint and stop after this much training time (re-run to resume)",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.set_defaults(func=run)
 
@@ -39,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--threads must be a positive integer, got {args.threads}")
         torch.set_num_threads(args.threads)
     if target_kind(recipe.base) != "ar":
-        raise UserError(f"recipe {args.recipe}: base {recipe.base!r} is not an autoregressive target; convert "
-                        "a causal LM (smollm2, a Llama/Qwen2/Qwen3 causal-LM folder)")
+        raise UserError(
+            f"recipe {args.recipe}: base {recipe.base!r} is not an autoregressive target; convert "
+            "a causal LM (smollm2, a Llama/Qwen2/Qwen3 causal-LM folder)"
+        )
     base = load_target(recipe.base, "cpu", "float32")
     stop = args.stop_after_minutes * 60 if args.stop_after_minutes else None
     per_task = [task_pairs(_Limits(recipe, name), base) for name in recipe.tasks]

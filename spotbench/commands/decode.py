@@ -24,14 +24,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--prompts", type=Path, help="a file with one prompt per line")
     source.add_argument("--prompt-ids", help="one prompt as token ids, e.g. 1,2,3 (no template; for any target)")
     source.add_argument("--prompt-ids-file", type=Path, help="a JSONL file with one list of token ids per line")
-    parser.add_argument("--model", default="tiny-random:sdar",
-                        help="target: tiny-random:<family>[:seed] or a checkpoint folder; autoregressive: "
-                             "smollm2, tiny-random-ar[:seed] or a causal-LM folder")
-    parser.add_argument("--proposer", default="confidence",
-                        help="oracle, oracle-order, confidence, confidence-branch, spot[:CHECKPOINT_DIR], "
-                             "spiffy[:GRAPH_DIR] or spot-sets[:CHECKPOINT_DIR] (refused where fitted to another "
-                             "model, block length or rule); for autoregressive targets oracle, prompt-lookup "
-                             "or draft-model:NAME")
+    parser.add_argument(
+        "--model",
+        default="tiny-random:sdar",
+        help="target: tiny-random:<family>[:seed] or a checkpoint folder; autoregressive: "
+        "smollm2, tiny-random-ar[:seed] or a causal-LM folder",
+    )
+    parser.add_argument(
+        "--proposer",
+        default="confidence",
+        help="oracle, oracle-order, confidence, confidence-branch, spot[:CHECKPOINT_DIR], "
+        "spiffy[:GRAPH_DIR] or spot-sets[:CHECKPOINT_DIR] (refused where fitted to another "
+        "model, block length or rule); for autoregressive targets oracle, prompt-lookup "
+        "or draft-model:NAME",
+    )
     # numbers stay text here: the suite's field validators check them, as they check a suite file
     parser.add_argument("--budget", default="8", help="most draft nodes per pass (0 = plain decoding)")
     parser.add_argument("--rule", default="top1", help="top1 or threshold:TAU, TAU in (0, 1]")
@@ -41,25 +47,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--block-length", default="16")
     parser.add_argument("--mask-id", help="mask token id, overriding the checkpoint's config and tokenizer")
     parser.add_argument("--eos-id", help="end-of-sequence token id, overriding the checkpoint's config and tokenizer")
-    parser.add_argument("--chat-template", action=argparse.BooleanOptionalAction, default=None,
-                        help="text prompts through the tokenizer's chat template when it has one (default: on)")
+    parser.add_argument(
+        "--chat-template",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="text prompts through the tokenizer's chat template when it has one (default: on)",
+    )
     parser.add_argument("--system-prompt", help="a system turn before each text prompt (needs a chat template)")
     parser.add_argument("--exact", action="store_true", help="exactness mode: float64, rows one by one")
-    parser.add_argument("--ar-sampling", default="coupled",
-                        help="autoregressive targets: coupled (token-exact) or rejection (rejection sampling, "
-                             "lossless in distribution: verdict 'distribution' at T>0)")
+    parser.add_argument(
+        "--ar-sampling",
+        default="coupled",
+        help="autoregressive targets: coupled (token-exact) or rejection (rejection sampling, "
+        "lossless in distribution: verdict 'distribution' at T>0)",
+    )
     parser.add_argument("--device", default="auto", help="auto (a GPU when visible, else the CPU), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", default="auto",
-                        help="auto (bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64")
+    parser.add_argument(
+        "--dtype", default="auto", help="auto (bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64"
+    )
     parser.add_argument("--near-tie", help="decision gap below which a divergence is a near-tie (default: by dtype)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per prompt")
     parser.set_defaults(func=run)
 
 
-FLAGS = {"models": "--model", "proposers": "--proposer", "budgets": "--budget", "rules": "--rule",
-         "temperatures": "--temperature", "seeds": "--seed", "gen_length": "--gen-length",
-         "block_length": "--block-length", "ar_sampling": "--ar-sampling", "mask_id": "--mask-id", "eos_id": "--eos-id",
-         "chat_template": "--chat-template", "system_prompt": "--system-prompt"}
+FLAGS = {
+    "models": "--model",
+    "proposers": "--proposer",
+    "budgets": "--budget",
+    "rules": "--rule",
+    "temperatures": "--temperature",
+    "seeds": "--seed",
+    "gen_length": "--gen-length",
+    "block_length": "--block-length",
+    "ar_sampling": "--ar-sampling",
+    "mask_id": "--mask-id",
+    "eos_id": "--eos-id",
+    "chat_template": "--chat-template",
+    "system_prompt": "--system-prompt",
+}
 """This command's flag for each suite setting, for messages."""
 
 
@@ -82,27 +107,44 @@ def run(args: argparse.Namespace) -> int:
     else:
         prompts = list(read_prompts(args))
     # one group of a suite, checked as a run checks it; a list of one each, so a comma is no second value
-    suite = build_suite({}, {"models": [args.model], "proposers": [args.proposer], "budgets": [args.budget],
-                             "rules": [args.rule], "temperatures": [args.temperature], "seeds": [args.seed],
-                             "gen_length": args.gen_length, "block_length": args.block_length,
-                             "ar_sampling": args.ar_sampling,
-                             "mask_id": args.mask_id, "eos_id": args.eos_id, "chat_template": args.chat_template,
-                             "system_prompt": args.system_prompt}, FLAGS)
+    suite = build_suite(
+        {},
+        {
+            "models": [args.model],
+            "proposers": [args.proposer],
+            "budgets": [args.budget],
+            "rules": [args.rule],
+            "temperatures": [args.temperature],
+            "seeds": [args.seed],
+            "gen_length": args.gen_length,
+            "block_length": args.block_length,
+            "ar_sampling": args.ar_sampling,
+            "mask_id": args.mask_id,
+            "eos_id": args.eos_id,
+            "chat_template": args.chat_template,
+            "system_prompt": args.system_prompt,
+        },
+        FLAGS,
+    )
     near_tie = None if args.near_tie is None else check_value(NonNegative, args.near_tie, "--near-tie")
     if not isinstance(prompts[0], str):
-        check_token_id_prompts(suite.chat_template, suite.system_prompt,
-                               "--prompt-ids" if args.prompt_ids is not None else "--prompt-ids-file")
+        check_token_id_prompts(
+            suite.chat_template,
+            suite.system_prompt,
+            "--prompt-ids" if args.prompt_ids is not None else "--prompt-ids-file",
+        )
     [arm] = arms(suite.proposers, suite.budgets)
     [(temperature, rule, seed)] = suite.groups(args.model)
-    target = load_target(args.model, device=args.device, dtype=args.dtype, mask_id=suite.mask_id,
-                         eos_id=suite.eos_id)
+    target = load_target(args.model, device=args.device, dtype=args.dtype, mask_id=suite.mask_id, eos_id=suite.eos_id)
     if args.exact:
         target = target.exact()
     chat = Chat(target.tokenizer, suite.chat_template, suite.system_prompt)
     if isinstance(prompts[0], str):
         if target.tokenizer is None:
-            raise UserError(f"target {args.model!r} has no tokenizer to encode text prompts; "
-                            "give token ids with --prompt-ids or --prompt-ids-file")
+            raise UserError(
+                f"target {args.model!r} has no tokenizer to encode text prompts; "
+                "give token ids with --prompt-ids or --prompt-ids-file"
+            )
         chat.check(args.model)
     tolerance = near_tie if near_tie is not None else near_tie_tolerance(target.dtype)
     status = 0
@@ -113,10 +155,22 @@ def run(args: argparse.Namespace) -> int:
         else:
             ids, label = tuple(check_in_vocabulary(prompt, target.vocab_size)), "none"
             text = decode_text(target, list(ids))
-        group = Group(target.name, "prompt", str(index), ids, temperature, rule, seed,
-                      suite.gen_length, suite.block_length, text, chat_template=label)
-        [row] = evaluate_group(target, group, [arm], build_proposer, None, args.exact, tolerance,
-                               ar_sampling=suite.ar_sampling)
+        group = Group(
+            target.name,
+            "prompt",
+            str(index),
+            ids,
+            temperature,
+            rule,
+            seed,
+            suite.gen_length,
+            suite.block_length,
+            text,
+            chat_template=label,
+        )
+        [row] = evaluate_group(
+            target, group, [arm], build_proposer, None, args.exact, tolerance, ar_sampling=suite.ar_sampling
+        )
         if row.verdict == "logic-error" or (args.exact and row.exact is False):
             status = 1
         result = dataclasses.asdict(row)
@@ -153,9 +207,11 @@ def render(index: int, row: dict) -> str:
     if verdict == "distribution":
         verdict += " (rejection sampling: equal to plain decoding in distribution, not token for token)"
     elif verdict != "exact":
-        verdict += (f" at step {row['divergence_step']}, token {row['divergence_token']}: confidence margin "
-                    f"{row['divergence_confidence_margin']}, decision gap {row['divergence_decision_gap']} "
-                    f"(near-tie below {row['near_tie_tolerance']:g})")
+        verdict += (
+            f" at step {row['divergence_step']}, token {row['divergence_token']}: confidence margin "
+            f"{row['divergence_confidence_margin']}, decision gap {row['divergence_decision_gap']} "
+            f"(near-tie below {row['near_tie_tolerance']:g})"
+        )
     lines.append(f"  lossless: {verdict}")
     lines.append(f"  answer: {row['completion']!r}")
     if row["spec_completion"] != row["completion"]:  # rejection sampling at T>0 (or a divergence)

@@ -35,15 +35,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--samples", default="3", help="sample outputs to show")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--device", help="auto (default: a GPU when visible, else the CPU), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype",
-                        help="auto (default: bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64")
+    parser.add_argument(
+        "--dtype", help="auto (default: bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64"
+    )
     parser.set_defaults(func=run)
 
 
-FLAGS = {"models": "--model", "proposers": "--proposer", "tasks": "--task", "split": "--split", "limit": "--limit",
-         "temperatures": "--temperature", "rules": "--rule", "budgets": "--budget", "seeds": "--seed",
-         "gen_length": "--gen-length", "block_length": "--block-length", "num_fewshot": "--fewshot",
-         "batch_sizes": "--batch-size"}
+FLAGS = {
+    "models": "--model",
+    "proposers": "--proposer",
+    "tasks": "--task",
+    "split": "--split",
+    "limit": "--limit",
+    "temperatures": "--temperature",
+    "rules": "--rule",
+    "budgets": "--budget",
+    "seeds": "--seed",
+    "gen_length": "--gen-length",
+    "block_length": "--block-length",
+    "num_fewshot": "--fewshot",
+    "batch_sizes": "--batch-size",
+}
 """This command's flag for each suite setting, for messages."""
 
 
@@ -60,12 +72,23 @@ def run(args: argparse.Namespace) -> int:
     from harness.validation import NonNegativeInt, check_value
 
     # one value each: a list of one, so that a comma is not read as a second value
-    flags = {"models": [args.model], "proposers": [args.proposer], "tasks": [args.task], "split": args.split,
-             "limit": args.limit, "temperatures": [args.temperature], "rules": [args.rule],
-             "budgets": [args.budget], "seeds": [args.seed], "gen_length": args.gen_length,
-             "block_length": args.block_length, "num_fewshot": args.fewshot, "device": args.device,
-             "batch_sizes": None if args.batch_size is None else [args.batch_size],
-             "dtype": args.dtype}
+    flags = {
+        "models": [args.model],
+        "proposers": [args.proposer],
+        "tasks": [args.task],
+        "split": args.split,
+        "limit": args.limit,
+        "temperatures": [args.temperature],
+        "rules": [args.rule],
+        "budgets": [args.budget],
+        "seeds": [args.seed],
+        "gen_length": args.gen_length,
+        "block_length": args.block_length,
+        "num_fewshot": args.fewshot,
+        "device": args.device,
+        "batch_sizes": None if args.batch_size is None else [args.batch_size],
+        "dtype": args.dtype,
+    }
     # without --fewshot each task keeps its own default, unlike a run (zero-shot zoo models)
     suite = build_suite({"num_fewshot": None}, flags, FLAGS)
     check_storable(suite)  # its rows go through the results' Arrow schema
@@ -78,15 +101,20 @@ def run(args: argparse.Namespace) -> int:
     unit = Unit(args.model, args.task, tuple(samples), tuple(suite.groups(args.model)))
     rows = [dataclasses.asdict(row) for group in evaluator.evaluate(unit) for row in group]
     [summary] = summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
-    report = summary | {"samples": [
-        {"question": sample.question, "output": row["completion"], "correct": row["correct"]}
-        for sample, row in list(zip(samples, rows))[:shown]]}
+    report = summary | {
+        "samples": [
+            {"question": sample.question, "output": row["completion"], "correct": row["correct"]}
+            for sample, row in list(zip(samples, rows))[:shown]
+        ]
+    }
     if args.json:
         print(json.dumps(report))
         return 0
     for key, value in summary.items():
         print(f"{key:<22} {value:.3f}" if isinstance(value, float) else f"{key:<22} {value}")
     for index, sample in enumerate(report["samples"]):
-        print(f"\n--- sample {index} ({'correct' if sample['correct'] else 'wrong'})\n"
-              f"Q: {sample['question']}\nA: {sample['output']}")
+        print(
+            f"\n--- sample {index} ({'correct' if sample['correct'] else 'wrong'})\n"
+            f"Q: {sample['question']}\nA: {sample['output']}"
+        )
     return 0

@@ -19,18 +19,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("gate", help="compare a run with a baseline run; exit 1 on a regression")
     parser.add_argument("run_dir", help="run directory (spotbench run --output)")
     parser.add_argument("--baseline", required=True, help="baseline run directory or its summary.parquet")
-    parser.add_argument("--baseline-digest", help="the baseline run's digest as a release recorded it (spotbench "
-                                                  "run and verify print it): refuse any other baseline")
-    parser.add_argument("--accept-fraction", type=float, default=default.accept_fraction,
-                        help="mean_accept_len must be at least this fraction of the baseline's")
-    parser.add_argument("--nfe-band", type=float, default=default.nfe_band,
-                        help="relative band around the baseline's speedup_nfe")
-    parser.add_argument("--wall-band", type=float, default=default.wall_band,
-                        help="relative band around the baseline's speedup_wall")
+    parser.add_argument(
+        "--baseline-digest",
+        help="the baseline run's digest as a release recorded it (spotbench "
+        "run and verify print it): refuse any other baseline",
+    )
+    parser.add_argument(
+        "--accept-fraction",
+        type=float,
+        default=default.accept_fraction,
+        help="mean_accept_len must be at least this fraction of the baseline's",
+    )
+    parser.add_argument(
+        "--nfe-band", type=float, default=default.nfe_band, help="relative band around the baseline's speedup_nfe"
+    )
+    parser.add_argument(
+        "--wall-band", type=float, default=default.wall_band, help="relative band around the baseline's speedup_wall"
+    )
     parser.add_argument("--z", type=float, default=default.z, help="z of the Wilson bound on accuracy")
     parser.add_argument("--all", action="store_true", help="show passing checks too")
-    parser.add_argument("--allow-config-diff", action="store_true",
-                        help="compare runs whose settings differ (limit, split, seeds, lengths, ...) with a warning")
+    parser.add_argument(
+        "--allow-config-diff",
+        action="store_true",
+        help="compare runs whose settings differ (limit, split, seeds, lengths, ...) with a warning",
+    )
     parser.set_defaults(func=run)
 
 
@@ -41,10 +53,12 @@ def run(args: argparse.Namespace) -> int:
     from harness.validation import Fraction, NonNegative, check_value
 
     # thresholds first: nan, a fraction above 1, a negative band or z would fail a run against itself
-    thresholds = Thresholds(check_value(Fraction, args.accept_fraction, "--accept-fraction"),
-                            check_value(NonNegative, args.nfe_band, "--nfe-band"),
-                            check_value(NonNegative, args.wall_band, "--wall-band"),
-                            check_value(NonNegative, args.z, "--z"))
+    thresholds = Thresholds(
+        check_value(Fraction, args.accept_fraction, "--accept-fraction"),
+        check_value(NonNegative, args.nfe_band, "--nfe-band"),
+        check_value(NonNegative, args.wall_band, "--wall-band"),
+        check_value(NonNegative, args.z, "--z"),
+    )
     if args.baseline_digest is not None:
         check_digest(args.baseline, args.baseline_digest)
     run_summary, baseline = load_summary(args.run_dir), load_summary(args.baseline)

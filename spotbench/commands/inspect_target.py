@@ -24,8 +24,10 @@ def run(args: argparse.Namespace) -> int:
     from harness.validation import NonNegativeInt, check_value
     from tasks.chat import Chat
 
-    ids = {key: None if getattr(args, key) is None else check_value(NonNegativeInt, getattr(args, key), flag)
-           for key, flag in (("mask_id", "--mask-id"), ("eos_id", "--eos-id"))}
+    ids = {
+        key: None if getattr(args, key) is None else check_value(NonNegativeInt, getattr(args, key), flag)
+        for key, flag in (("mask_id", "--mask-id"), ("eos_id", "--eos-id"))
+    }
     target = load_target(args.name, mask_id=ids["mask_id"], eos_id=ids["eos_id"])
     if not isinstance(target, DLMTarget):  # (its fields below are a diffusion target's)
         raise UserError(f"{args.name} is an autoregressive target; spotbench target describes diffusion targets")

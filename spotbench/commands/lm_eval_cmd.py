@@ -10,9 +10,12 @@ import argparse
 def register(subparsers: argparse._SubParsersAction) -> None:
     # '+' as the only prefix: every --flag is lm-eval's, passed through as it is
     parser = subparsers.add_parser(
-        "lm-eval", prefix_chars="+", add_help=False,
+        "lm-eval",
+        prefix_chars="+",
+        add_help=False,
         help="lm-eval's command line with the spotbench model: --model spotbench --model_args "
-             "model=M,proposer=P,budget=K --tasks T (docs/lm_eval.md)")
+        "model=M,proposer=P,budget=K --tasks T (docs/lm_eval.md)",
+    )
     parser.add_argument("lm_eval_args", nargs="*")
     parser.set_defaults(func=run)
 

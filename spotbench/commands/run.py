@@ -28,31 +28,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--rules", help="top1 and/or threshold:TAU, TAU in (0, 1]")
     parser.add_argument("--budgets", help="comma-separated draft budgets >= 0")
     parser.add_argument("--seeds", help="comma-separated seeds in [0, 2**64)")
-    parser.add_argument("--batch-size", help="prompts a worker decodes together (default 8); comma-separated "
-                                             "sizes give one table per size (e.g. 1,4,16)")
+    parser.add_argument(
+        "--batch-size",
+        help="prompts a worker decodes together (default 8); comma-separated "
+        "sizes give one table per size (e.g. 1,4,16)",
+    )
     parser.add_argument("--gen-length")
     parser.add_argument("--block-length")
     parser.add_argument("--fewshot", help="few-shot examples for tasks that have them")
     parser.add_argument("--mask-id", help="mask token id of every diffusion target, overriding config and tokenizer")
     parser.add_argument("--eos-id", help="end-of-sequence token id of every target, overriding config and tokenizer")
-    parser.add_argument("--chat-template", action=argparse.BooleanOptionalAction, default=None,
-                        help="prompts through the tokenizer's chat template when it has one (default: on)")
+    parser.add_argument(
+        "--chat-template",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="prompts through the tokenizer's chat template when it has one (default: on)",
+    )
     parser.add_argument("--system-prompt", help="a system turn before each prompt (needs a chat template)")
-    parser.add_argument("--exact", action="store_true", default=None,
-                        help="exactness mode: float64 targets, rows evaluated one by one")
-    parser.add_argument("--ar-sampling", help="autoregressive arms: coupled (default; token-exact) or rejection "
-                                              "(rejection sampling, lossless in distribution)")
-    parser.add_argument("--device",
-                        help="auto (default: a worker's GPU when it has one, else its CPU), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype",
-                        help="auto (default: bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64")
+    parser.add_argument(
+        "--exact", action="store_true", default=None, help="exactness mode: float64 targets, rows evaluated one by one"
+    )
+    parser.add_argument(
+        "--ar-sampling",
+        help="autoregressive arms: coupled (default; token-exact) or rejection "
+        "(rejection sampling, lossless in distribution)",
+    )
+    parser.add_argument(
+        "--device", help="auto (default: a worker's GPU when it has one, else its CPU), cpu, cuda, cuda:N"
+    )
+    parser.add_argument(
+        "--dtype", help="auto (default: bf16 on a GPU, float32 on a CPU), bfloat16, float16, float32, float64"
+    )
     parser.add_argument("--workers", help="Ray workers (default: as many as the GPUs hold, else one per CPU)")
-    parser.add_argument("--gpus-per-worker",
-                        help="GPUs each worker reserves on a GPU cluster (default 1; 0.5 shares one)")
+    parser.add_argument(
+        "--gpus-per-worker", help="GPUs each worker reserves on a GPU cluster (default 1; 0.5 shares one)"
+    )
     parser.add_argument("--address", help="an existing Ray cluster (host:port or auto); default: local")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--transfer", action="store_true",
-                        help="print the transfer view: learned proposers against the best baseline and the oracle")
+    parser.add_argument(
+        "--transfer",
+        action="store_true",
+        help="print the transfer view: learned proposers against the best baseline and the oracle",
+    )
     parser.set_defaults(func=run)
 
 
@@ -67,16 +84,34 @@ def run(args: argparse.Namespace) -> int:
     from tasks.registry import check_scorers
 
     settings = load_suite(args.suite) if args.suite else {}
-    suite = build_suite(settings, {
-        "models": args.models, "proposers": args.proposers, "tasks": args.tasks, "split": args.split,
-        "limit": args.limit, "temperatures": args.temperatures, "rules": args.rules,
-        "budgets": args.budgets, "seeds": args.seeds, "batch_sizes": args.batch_size, "gen_length": args.gen_length,
-        "block_length": args.block_length, "num_fewshot": args.fewshot, "exact": args.exact,
-        "ar_sampling": args.ar_sampling,
-        "mask_id": args.mask_id, "eos_id": args.eos_id, "chat_template": args.chat_template,
-        "system_prompt": args.system_prompt,
-        "workers": args.workers, "device": args.device, "dtype": args.dtype, "gpus_per_worker": args.gpus_per_worker,
-    })
+    suite = build_suite(
+        settings,
+        {
+            "models": args.models,
+            "proposers": args.proposers,
+            "tasks": args.tasks,
+            "split": args.split,
+            "limit": args.limit,
+            "temperatures": args.temperatures,
+            "rules": args.rules,
+            "budgets": args.budgets,
+            "seeds": args.seeds,
+            "batch_sizes": args.batch_size,
+            "gen_length": args.gen_length,
+            "block_length": args.block_length,
+            "num_fewshot": args.fewshot,
+            "exact": args.exact,
+            "ar_sampling": args.ar_sampling,
+            "mask_id": args.mask_id,
+            "eos_id": args.eos_id,
+            "chat_template": args.chat_template,
+            "system_prompt": args.system_prompt,
+            "workers": args.workers,
+            "device": args.device,
+            "dtype": args.dtype,
+            "gpus_per_worker": args.gpus_per_worker,
+        },
+    )
     check_storable(suite)
     check_prompts_fit(suite)
     check_scorers(suite.tasks)  # a broken code sandbox would score every program wrong
@@ -88,27 +123,70 @@ def run(args: argparse.Namespace) -> int:
         return 130
     report = write_report(result.run_dir)
     write_results_json(result.run_dir)
-    print(f"run directory: {result.run_dir.path}  (groups written {result.written}, "
-          f"already done {result.skipped}, workers {result.workers}); report: {report}")
+    print(
+        f"run directory: {result.run_dir.path}  (groups written {result.written}, "
+        f"already done {result.skipped}, workers {result.workers}); report: {report}"
+    )
     print(render_summary(result.summary.to_pylist(), TRANSFER_COLUMNS if args.transfer else COLUMNS))
-    print(f"digest {run_digest(result.run_dir.path)}  (pins this run: spotbench verify prints it, "
-          "spotbench gate --baseline-digest checks it)")
+    print(
+        f"digest {run_digest(result.run_dir.path)}  (pins this run: spotbench verify prints it, "
+        "spotbench gate --baseline-digest checks it)"
+    )
     return 0
 
 
-COLUMNS = [("model", "{}"), ("task", "{}"), ("T", "{:g}"), ("rule", "{}"), ("proposer", "{}"),
-           ("budget", "{}"), ("batch", "{}"), ("n", "{}"), ("exact", "{:.0%}"), ("accept", "{:.2f}"),
-           ("speedup_nfe", "{:.2f}x"), ("95% interval", "{0[0]:.2f}-{0[1]:.2f}"), ("speedup_wall", "{:.2f}x"),
-           ("predicted", "{:.2f}x"), ("plain tok/s", "{:.1f}"), ("tok/s", "{:.1f}"), ("accuracy", "{:.1%}")]
-TRANSFER_COLUMNS = [("model", "{}"), ("task", "{}"), ("T", "{:g}"), ("rule", "{}"), ("budget", "{}"),
-                    ("proposer", "{}"), ("trained on", "{}"), ("n", "{}"), ("exact", "{:.0%}"),
-                    ("speedup_nfe", "{:.3f}x"), ("95% interval", "{0[0]:.2f}-{0[1]:.2f}"),
-                    ("vs best baseline", "{:.3f}"), ("95% interval ", "{0[0]:.3f}-{0[1]:.3f}"), ("best", "{}"),
-                    ("of oracle", "{:.2f}"), ("speedup_wall", "{:.2f}x")]
-FIELDS = {"T": "temperature", "batch": "batch_size", "exact": "exact_rate", "accept": "mean_accept_len",
-          "95% interval": "speedup_nfe_ci95", "tok/s": "spec_tokens_per_s", "plain tok/s": "plain_tokens_per_s",
-          "predicted": "predicted_speedup_wall", "trained on": "trained_on", "vs best baseline": "vs_best_baseline",
-          "95% interval ": "vs_best_baseline_ci95", "best": "best_baseline", "of oracle": "oracle_fraction"}
+COLUMNS = [
+    ("model", "{}"),
+    ("task", "{}"),
+    ("T", "{:g}"),
+    ("rule", "{}"),
+    ("proposer", "{}"),
+    ("budget", "{}"),
+    ("batch", "{}"),
+    ("n", "{}"),
+    ("exact", "{:.0%}"),
+    ("accept", "{:.2f}"),
+    ("speedup_nfe", "{:.2f}x"),
+    ("95% interval", "{0[0]:.2f}-{0[1]:.2f}"),
+    ("speedup_wall", "{:.2f}x"),
+    ("predicted", "{:.2f}x"),
+    ("plain tok/s", "{:.1f}"),
+    ("tok/s", "{:.1f}"),
+    ("accuracy", "{:.1%}"),
+]
+TRANSFER_COLUMNS = [
+    ("model", "{}"),
+    ("task", "{}"),
+    ("T", "{:g}"),
+    ("rule", "{}"),
+    ("budget", "{}"),
+    ("proposer", "{}"),
+    ("trained on", "{}"),
+    ("n", "{}"),
+    ("exact", "{:.0%}"),
+    ("speedup_nfe", "{:.3f}x"),
+    ("95% interval", "{0[0]:.2f}-{0[1]:.2f}"),
+    ("vs best baseline", "{:.3f}"),
+    ("95% interval ", "{0[0]:.3f}-{0[1]:.3f}"),
+    ("best", "{}"),
+    ("of oracle", "{:.2f}"),
+    ("speedup_wall", "{:.2f}x"),
+]
+FIELDS = {
+    "T": "temperature",
+    "batch": "batch_size",
+    "exact": "exact_rate",
+    "accept": "mean_accept_len",
+    "95% interval": "speedup_nfe_ci95",
+    "tok/s": "spec_tokens_per_s",
+    "plain tok/s": "plain_tokens_per_s",
+    "predicted": "predicted_speedup_wall",
+    "trained on": "trained_on",
+    "vs best baseline": "vs_best_baseline",
+    "95% interval ": "vs_best_baseline_ci95",
+    "best": "best_baseline",
+    "of oracle": "oracle_fraction",
+}
 
 
 def render_summary(rows: list[dict], columns: list[tuple[str, str]] = COLUMNS) -> str:

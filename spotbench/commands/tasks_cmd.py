@@ -27,8 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("tasks", nargs="*", metavar="TASK", help="tasks to check (default: all)")
     check.add_argument("--data-dir", help=data_help)
     check.add_argument("--limit", help="check only the first N samples of each task (N >= 1)")
-    check.add_argument("--json", action="store_true",
-                       help="one JSON object per line per task: task, checked, passed, failures")
+    check.add_argument(
+        "--json", action="store_true", help="one JSON object per line per task: task, checked, passed, failures"
+    )
     check.set_defaults(func=run_check)
 
 
@@ -58,13 +59,25 @@ def run_check(args: argparse.Namespace) -> int:
         seconds = round(time.monotonic() - start, 1)
         all_ok &= result.ok
         if args.json:
-            print(json.dumps({"task": result.task, "checked": result.checked,
-                              "passed": result.passed, "failures": result.failures,
-                              "allowed_failures": result.allowed_failures, "ok": result.ok,
-                              "seconds": seconds}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "task": result.task,
+                        "checked": result.checked,
+                        "passed": result.passed,
+                        "failures": result.failures,
+                        "allowed_failures": result.allowed_failures,
+                        "ok": result.ok,
+                        "seconds": seconds,
+                    }
+                ),
+                flush=True,
+            )
         else:
             failures = f"  failures: {' '.join(result.failures)}" if result.failures else ""
             verdict = "ok" if result.ok else "FAIL"
-            print(f"{result.task:<10} {result.passed}/{result.checked} passed  {verdict}  "
-                  f"({seconds}s){failures}", flush=True)
+            print(
+                f"{result.task:<10} {result.passed}/{result.checked} passed  {verdict}  ({seconds}s){failures}",
+                flush=True,
+            )
     return 0 if all_ok else 1

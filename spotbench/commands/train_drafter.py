@@ -25,8 +25,10 @@ def run(args: argparse.Namespace) -> int:
 
     recipe = DrafterRecipe.load(args.recipe, args.steps)
     if target_kind(recipe.base) != "ar":
-        raise UserError(f"recipe {args.recipe}: base {recipe.base!r} is not an autoregressive target; Psi-Spec "
-                        "drafts for causal LMs (smollm2, ar-a, a causal-LM folder)")
+        raise UserError(
+            f"recipe {args.recipe}: base {recipe.base!r} is not an autoregressive target; Psi-Spec "
+            "drafts for causal LMs (smollm2, ar-a, a causal-LM folder)"
+        )
     target = load_ar_only(recipe.base, args.device, "float32", what="Psi-Spec")
     meta = train_drafter(recipe, target, task_pairs(recipe, target), Path(args.out))
     print(json.dumps({k: meta[k] for k in ("base", "base_hash", "steps", "train_seconds")} | {"curve": meta["curve"]}))
@@ -44,6 +46,10 @@ def task_pairs(recipe, target) -> list[tuple[list[int], list[int]]]:
     for name in recipe.tasks:
         task = get_task(name, num_fewshot=0)
         for sample in task.load("train", limit=limit):
-            pairs.append((prompt_ids(task, sample, target.tokenizer),
-                          target.tokenizer.encode(sample.target, add_special_tokens=False)))
+            pairs.append(
+                (
+                    prompt_ids(task, sample, target.tokenizer),
+                    target.tokenizer.encode(sample.target, add_special_tokens=False),
+                )
+            )
     return pairs

@@ -23,8 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_recipe_arguments(parser, "zoo/proposers/spot-sdar-a.yaml", "checkpoint folder")
     parser.add_argument("--run-dir", help="collected data and resumable state (default: OUT/run)")
-    parser.add_argument("--workers", default="1",
-                        help="collect with this many processes (Ray, one CPU each; the data does not change)")
+    parser.add_argument(
+        "--workers", default="1", help="collect with this many processes (Ray, one CPU each; the data does not change)"
+    )
     parser.add_argument("--address", help="collect on an existing Ray cluster (host:port or auto); default: local")
     parser.set_defaults(func=run)
 
@@ -48,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     sets = "rule" in read_mapping(args.recipe, "recipe")
     kind: type[SpotRecipe] | type[spot_sets_training.SpotSetsRecipe] = (
-        spot_sets_training.SpotSetsRecipe if sets else SpotRecipe)
+        spot_sets_training.SpotSetsRecipe if sets else SpotRecipe
+    )
     train: Callable[..., dict] = spot_sets_training.train if sets else spot_training.train
     recipe = load_recipe(kind, args.recipe, {"steps": args.steps})
     workers = check_value(Count, args.workers, "--workers")

@@ -10,9 +10,7 @@ from spotbench.commands import add_recipe_arguments
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    tok = subparsers.add_parser(
-        "train-tokenizer", help="train the project's BPE tokenizer on training splits only"
-    )
+    tok = subparsers.add_parser("train-tokenizer", help="train the project's BPE tokenizer on training splits only")
     tok.add_argument("--tasks", default="arith,gsm8k,mbpp", help="comma-separated task names")
     tok.add_argument("--vocab-size", type=int, default=2048)
     tok.add_argument("--out", required=True, help="output folder (Hugging Face tokenizer format)")

@@ -30,9 +30,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
     rows = sum(t.num_rows for t in verification.parts.values())
     status = directory.manifest().get("status")
-    print(f"{directory.path}: ok: {len(verification.done_arms())} groups in {len(verification.parts)} files, "
-          f"{rows} rows, each once (sha256 and Parquet page checksums match)"
-          + (", summary recomputed from the rows" if status == "complete" else f"; status {status}"))
+    print(
+        f"{directory.path}: ok: {len(verification.done_arms())} groups in {len(verification.parts)} files, "
+        f"{rows} rows, each once (sha256 and Parquet page checksums match)"
+        + (", summary recomputed from the rows" if status == "complete" else f"; status {status}")
+    )
     if status == "complete":
         print(f"digest {run_digest(directory.path)}")
     return 0

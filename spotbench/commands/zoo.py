@@ -21,13 +21,14 @@ def run(args: argparse.Namespace) -> int:
         for entry in entries:
             print(json.dumps(dataclasses.asdict(entry)))
         return 0
-    header = (f"{'name':<12} {'family':<9} {'params':>11} {'size MiB':>9} {'train tokens':>13} "
-              f"{'held-out loss':>14}")
+    header = f"{'name':<12} {'family':<9} {'params':>11} {'size MiB':>9} {'train tokens':>13} {'held-out loss':>14}"
     print(header)
     for e in entries:
         note = "" if e.finished else f"  (training unfinished: resume with its recipe, {e.recipe})"
-        print(f"{e.name:<12} {e.family:<9} {e.parameters:>11,} {e.size_bytes / 2**20:>9.2f} "
-              f"{e.training_tokens:>13,} {e.heldout_loss:>14.3f}{note}")
+        print(
+            f"{e.name:<12} {e.family:<9} {e.parameters:>11,} {e.size_bytes / 2**20:>9.2f} "
+            f"{e.training_tokens:>13,} {e.heldout_loss:>14.3f}{note}"
+        )
     if not entries:
         print("(no zoo models built; see zoo/README.md)")
     return 0

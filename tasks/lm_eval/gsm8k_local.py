@@ -15,7 +15,9 @@ def load(**_: Any) -> Any:
     from tasks import data
     from tasks.gsm8k import SOURCES, checked_rows
 
-    return datasets.DatasetDict({
-        split: datasets.Dataset.from_list(checked_rows(data.load_rows("gsm8k", SOURCES[split]), SOURCES[split]))
-        for split in ("train", "test")
-    })
+    return datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_list(checked_rows(data.load_rows("gsm8k", SOURCES[split]), SOURCES[split]))
+            for split in ("train", "test")
+        }
+    )

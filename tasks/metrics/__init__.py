@@ -27,5 +27,7 @@ def load(name: str) -> Any:
 def score_programs(programs: list[str], tests: list[str], timeout_s: float) -> list[dict[str, Any]]:
     """pass@1 by execution in the sandbox (MBPP and HumanEval): one result dict per program."""
     out = load("code_pass_at_1").compute(predictions=programs, references=tests, timeout_s=timeout_s)
-    return [{"correct": ok, "status": status, "stderr": err}
-            for ok, status, err in zip(out["passed"], out["status"], out["stderr"])]
+    return [
+        {"correct": ok, "status": status, "stderr": err}
+        for ok, status, err in zip(out["passed"], out["status"], out["stderr"])
+    ]

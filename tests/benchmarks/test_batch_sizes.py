@@ -15,9 +15,29 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "batch_sizes.py"
 @pytest.mark.slow
 @pytest.mark.parametrize("target, proposer", [("tiny-random:sdar", "confidence"), ("tiny-random-ar", "prompt-lookup")])
 def test_a_smoke_run_prints_a_row_per_batch_size_and_a_cost_curve(target, proposer) -> None:
-    result = subprocess.run([sys.executable, str(SCRIPT), "--targets", target, "--proposers", proposer, "--prompts", "3",
-                             "--batch-sizes", "1,2", "--reps", "1", "--gen-length", "16", "--block-length", "8"],
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--targets",
+            target,
+            "--proposers",
+            proposer,
+            "--prompts",
+            "3",
+            "--batch-sizes",
+            "1,2",
+            "--reps",
+            "1",
+            "--gen-length",
+            "16",
+            "--block-length",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     rows = [line.split() for line in lines if line.split()[:1] in (["1"], ["2"]) and "x" in line]

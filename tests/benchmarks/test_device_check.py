@@ -14,8 +14,25 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "device_check.py"
 
 @pytest.mark.slow
 def test_a_cpu_smoke_run_prints_a_row_per_mode_and_proposer() -> None:
-    result = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--targets", "sdar-a", "--limit", "1",
-                             "--budgets", "2", "--temperatures", "0"], capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--device",
+            "cpu",
+            "--targets",
+            "sdar-a",
+            "--limit",
+            "1",
+            "--budgets",
+            "2",
+            "--temperatures",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     rows = [line.split() for line in result.stdout.splitlines() if line.startswith("sdar-a")]
     assert {(r[1], r[3]) for r in rows} == {(m, p) for m in ("bf16", "exact") for p in ("confidence", "spot")}

@@ -19,8 +19,16 @@ pytestmark = pytest.mark.slow
 
 
 def recipe_and_jobs(prompts: int, seed: int = 0):
-    recipe = SpotRecipe(name="t", target="tiny-random:sdar", tasks={"arith": prompts}, temperatures=(0.0, 1.0),
-                        gen_length=16, block_length=8, model={"max_depth": 5}, seed=seed)
+    recipe = SpotRecipe(
+        name="t",
+        target="tiny-random:sdar",
+        tasks={"arith": prompts},
+        temperatures=(0.0, 1.0),
+        gen_length=16,
+        block_length=8,
+        model={"max_depth": 5},
+        seed=seed,
+    )
     target = load_target(recipe.target)
     return recipe, target, recipe_jobs(recipe, train_prompts(recipe.tasks, target.tokenizer))
 
@@ -32,8 +40,14 @@ def test_ray_workers_collect_exactly_what_one_process_collects():
     together, same_sources = collect_all(recipe, target, jobs, functools.partial(map_in_order, workers=2))
     assert same_sources == sources and sources[:2] == ["arith/train/0@T=0", "arith/train/0@T=1"]
     for one, other in zip(alone, together):
-        assert all(torch.equal(getattr(one, f.name), getattr(other, f.name)) for f in dataclasses.fields(one)
-                   if f.name != "temperature") and one.temperature == other.temperature
+        assert (
+            all(
+                torch.equal(getattr(one, f.name), getattr(other, f.name))
+                for f in dataclasses.fields(one)
+                if f.name != "temperature"
+            )
+            and one.temperature == other.temperature
+        )
     reseeded_recipe = dataclasses.replace(recipe, seed=1)
     reseeded = collect_all(reseeded_recipe, target, jobs, functools.partial(map_in_order, workers=2))[0]
     assert any(not torch.equal(a.candidate, b.candidate) for a, b in zip(alone, reseeded) if a.temperature > 0)
@@ -46,8 +60,9 @@ def test_an_address_sends_the_collection_to_that_ray_cluster(monkeypatch):
 
     recipe, target, jobs = recipe_and_jobs(10)
     alone = collect_all(recipe, target, jobs)[0]
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
-             object_store_memory=100 * 2**20)  # never a stray cluster of the machine
+    ray.init(
+        address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20
+    )  # never a stray cluster of the machine
     try:
         # the driver may not collect: only the cluster's workers (a fresh import there) can
         monkeypatch.setattr(spot_collection, "collect_jobs", lambda *args: pytest.fail("collected in the driver"))

@@ -53,7 +53,13 @@ def test_the_rule_is_ray_s_own(case, tmp_path) -> None:
         "from ray._raylet import AuthenticationMode, get_authentication_mode\n"
         f"if {address!r} in (None, 'auto'):\n"
         "    enable(warn_if_disabled=False)\n"
-        "print(get_authentication_mode() == AuthenticationMode.TOKEN)\n")
-    result = subprocess.run([sys.executable, "-c", probe], env=_environment(tmp_path, mode, token),
-                            capture_output=True, text=True, timeout=120)
+        "print(get_authentication_mode() == AuthenticationMode.TOKEN)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=_environment(tmp_path, mode, token),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.stdout.strip() == str(expected), result.stderr

@@ -50,9 +50,18 @@ def test_an_auto_budget_is_chosen_per_worker_and_recorded() -> None:
     from harness.budget import CANDIDATES
     from tasks.registry import get_task
 
-    suite = build_suite({}, {"models": ["tiny-random:llada"], "proposers": ["oracle", "confidence"],
-                             "budgets": "2,auto", "limit": "1", "temperatures": "1", "gen_length": "16",
-                             "block_length": "8"})
+    suite = build_suite(
+        {},
+        {
+            "models": ["tiny-random:llada"],
+            "proposers": ["oracle", "confidence"],
+            "budgets": "2,auto",
+            "limit": "1",
+            "temperatures": "1",
+            "gen_length": "16",
+            "block_length": "8",
+        },
+    )
     evaluator = Evaluator(suite)
     sample = get_task("arith").load("test", limit=1)[0]
     [rows] = evaluator.evaluate(Unit("tiny-random:llada", "arith", (sample,), suite.groups()))
@@ -65,11 +74,17 @@ def test_an_auto_budget_is_chosen_per_worker_and_recorded() -> None:
     assert [r.chosen_budget for r in again] == [r.chosen_budget for r in rows]  # chosen once per worker
 
 
-@pytest.mark.parametrize("flags, message", [
-    ({"budgets": "auto", "tasks": "humaneval"}, "task 'humaneval' has none"),
-    ({"budgets": "auto", "models": "tiny-random-ar", "proposers": "oracle"}, "budgets auto is for diffusion targets"),
-    ({"budgets": "auto,x"}, "must be a whole number >= 0 or auto"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ({"budgets": "auto", "tasks": "humaneval"}, "task 'humaneval' has none"),
+        (
+            {"budgets": "auto", "models": "tiny-random-ar", "proposers": "oracle"},
+            "budgets auto is for diffusion targets",
+        ),
+        ({"budgets": "auto,x"}, "must be a whole number >= 0 or auto"),
+    ],
+)
 def test_auto_budgets_need_a_train_split_and_a_diffusion_target(flags, message) -> None:
     with pytest.raises(UserError, match=message):
         build_suite({}, {"models": ["tiny-random:sdar"], **flags})

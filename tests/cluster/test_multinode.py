@@ -12,8 +12,16 @@ from harness.results import KEY_FIELDS
 
 pytestmark = pytest.mark.slow  # Ray clusters and processes: CI runs it, the fast lane skips it
 
-SUITE = Suite(models=("tiny-random:llada",), proposers=("confidence",), limit=6, temperatures=(0.0,),
-              budgets=(4,), gen_length=16, block_length=8, workers=2)
+SUITE = Suite(
+    models=("tiny-random:llada",),
+    proposers=("confidence",),
+    limit=6,
+    temperatures=(0.0,),
+    budgets=(4,),
+    gen_length=16,
+    block_length=8,
+    workers=2,
+)
 
 
 @pytest.fixture
@@ -85,7 +93,7 @@ def test_losing_every_worker_stops_with_one_line_and_the_run_resumes(cluster, tm
 
     with pytest.raises(ClusterLost, match=r"every worker was lost .* run the same command again to resume"):
         run_suite(suite, tmp_path / "run", progress=False, on_write=lose_the_node)
-    manifest = (tmp_path / "run" / "manifest.json")
+    manifest = tmp_path / "run" / "manifest.json"
     assert '"status": "failed"' in manifest.read_text()
     c.add_node(num_cpus=1)
     c.wait_for_nodes()

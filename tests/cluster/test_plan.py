@@ -6,8 +6,15 @@ from cluster.suite import Suite
 from harness.results import RunDir
 from tasks.registry import get_task
 
-SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence",), limit=2, temperatures=(0.0,),
-              budgets=(0,), gen_length=16, block_length=8)
+SUITE = Suite(
+    models=("tiny-random:sdar",),
+    proposers=("confidence",),
+    limit=2,
+    temperatures=(0.0,),
+    budgets=(0,),
+    gen_length=16,
+    block_length=8,
+)
 
 
 def test_plan_skips_verified_groups_and_extends_finished_ones_by_their_new_arms(tmp_path) -> None:
@@ -24,7 +31,9 @@ def test_plan_skips_verified_groups_and_extends_finished_ones_by_their_new_arms(
     by_sample = {s.sample_id: u.arms for u in units for s in u.samples}
     assert skipped == 0 and by_sample == {
         "test/0": (("confidence", 4), ("oracle", 0), ("oracle", 4)),  # the finished group: its new arms only
-        "test/1": None, "test/2": None}
+        "test/1": None,
+        "test/2": None,
+    }
     [rows] = Evaluator(bigger).evaluate(next(u for u in units if u.samples[0].sample_id == "test/0"))
     assert sorted((r.proposer, r.budget) for r in rows) == [("confidence", 4), ("oracle", 0), ("oracle", 4)]
 

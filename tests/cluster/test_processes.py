@@ -27,16 +27,35 @@ SPOTBENCH = str(Path(sys.executable).with_name("spotbench"))
 ENV = os.environ | {"OMP_NUM_THREADS": "1"}
 HANG_GUARD_S = 600
 """Timeouts here only stop a hung subprocess from hanging CI; generous, so a busy machine passes."""
-SMALL = ["--models", "tiny-random:sdar", "--proposers", "confidence", "--temperatures", "0",
-         "--budgets", "0,4", "--gen-length", "16", "--block-length", "8", "--no-progress"]
+SMALL = [
+    "--models",
+    "tiny-random:sdar",
+    "--proposers",
+    "confidence",
+    "--temperatures",
+    "0",
+    "--budgets",
+    "0,4",
+    "--gen-length",
+    "16",
+    "--block-length",
+    "8",
+    "--no-progress",
+]
 
 
 def start(args: list[str]) -> subprocess.Popen:
     # SIGINT back to its default: a test run started in the background of a non-interactive shell
     # (`bash .ci/run &`) inherits SIGINT ignored, and then Python raises no KeyboardInterrupt.
-    return subprocess.Popen([SPOTBENCH, *args], env=ENV, start_new_session=True, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        [SPOTBENCH, *args],
+        env=ENV,
+        start_new_session=True,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def wait_for_files(samples: Path, count: int, process: subprocess.Popen, timeout: float = HANG_GUARD_S) -> None:
@@ -79,7 +98,8 @@ def test_a_killed_driver_leaves_a_run_the_next_invocation_completes(tmp_path) ->
     finished = len(list((out / "samples").glob("*.parquet")))
     assert second.returncode == 130 and "run the same command again to resume" in err, (
         f"exit {second.returncode}; files {after_kill} after the kill, {finished} after SIGINT of {2 * limit}; "
-        f"stdout {out_text[-400:]!r}; stderr {err[-400:]!r}")
+        f"stdout {out_text[-400:]!r}; stderr {err[-400:]!r}"
+    )
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "failed" and "KeyboardInterrupt" in manifest["error"]
     done = len(list((out / "samples").glob("*.parquet")))
@@ -90,7 +110,8 @@ def test_a_killed_driver_leaves_a_run_the_next_invocation_completes(tmp_path) ->
     assert f"groups written {limit - done}, already done {done}" in final.stdout
     rows = pq.read_table(out / "samples").to_pylist()
     assert Counter((r["sample_id"], r["budget"]) for r in rows) == Counter(
-        {(f"test/{i}", b): 1 for i in range(limit) for b in (0, 4)})
+        {(f"test/{i}", b): 1 for i in range(limit) for b in (0, 4)}
+    )
     assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
     assert not list(out.rglob(".tmp-*"))
     assert (out / "summary.parquet").exists() and "<svg" in (out / "report.html").read_text()
@@ -102,16 +123,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_head(env: dict[str, str], temp_dir: str | None = None,
-               ready: Path | None = None) -> tuple[subprocess.Popen, int]:
+def start_head(
+    env: dict[str, str], temp_dir: str | None = None, ready: Path | None = None
+) -> tuple[subprocess.Popen, int]:
     """A Ray head in a process group of its own (killed by `kill_group`), once its port answers (and
     `ready` exists)."""
     port = free_port()
     ray_cli = str(Path(sys.executable).with_name("ray"))
-    head = subprocess.Popen([ray_cli, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1",
-                             "--num-cpus=1", "--include-dashboard=false", "--block",
-                             *([f"--temp-dir={temp_dir}"] if temp_dir else [])],
-                            env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    head = subprocess.Popen(
+        [
+            ray_cli,
+            "start",
+            "--head",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            "--num-cpus=1",
+            "--include-dashboard=false",
+            "--block",
+            *([f"--temp-dir={temp_dir}"] if temp_dir else []),
+        ],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while True:
         try:
@@ -138,10 +173,11 @@ def test_address_runs_on_an_existing_ray_head_and_names_token_failures(tmp_path)
         elsewhere = tmp_path / "elsewhere"
         elsewhere.mkdir()
         refusals = {
-            "requires token authentication (RAY_AUTH_MODE is unset): set RAY_AUTH_MODE=token":
-                {k: v for k, v in env.items() if k != "RAY_AUTH_MODE"},
-            f"RAY_AUTH_MODE=token is set but there is no Ray token ({elsewhere}/.ray/auth_token is missing":
-                env | {"HOME": str(elsewhere)},
+            "requires token authentication (RAY_AUTH_MODE is unset): set RAY_AUTH_MODE=token": {
+                k: v for k, v in env.items() if k != "RAY_AUTH_MODE"
+            },
+            f"RAY_AUTH_MODE=token is set but there is no Ray token ({elsewhere}/.ray/auth_token is missing": env
+            | {"HOME": str(elsewhere)},
             "rejected the token from RAY_AUTH_TOKEN": env | {"RAY_AUTH_TOKEN": "not-the-token"},
         }
         for message, bad_env in refusals.items():
@@ -169,12 +205,19 @@ def test_a_token_driver_is_refused_by_a_cluster_without_authentication(tmp_path)
     try:
         out = tmp_path / "run"
         args = [SPOTBENCH, "run", *SMALL, "--limit", "1", "--output", str(out), "--address", f"127.0.0.1:{port}"]
-        refused = subprocess.run(args, env=ENV | {"RAY_AUTH_MODE": "token", "HOME": str(home)}, capture_output=True,
-                                 text=True, timeout=HANG_GUARD_S)
+        refused = subprocess.run(
+            args,
+            env=ENV | {"RAY_AUTH_MODE": "token", "HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=HANG_GUARD_S,
+        )
         err = refused.stderr.strip()
-        assert refused.returncode == 2 and err.startswith("spotbench: error: RAY_AUTH_MODE=token is set, but the "
-                                                          f"Ray cluster at --address 127.0.0.1:{port} runs without "
-                                                          "token authentication"), err
+        assert refused.returncode == 2 and err.startswith(
+            "spotbench: error: RAY_AUTH_MODE=token is set, but the "
+            f"Ray cluster at --address 127.0.0.1:{port} runs without "
+            "token authentication"
+        ), err
         assert "\n" not in err and not out.exists()
     finally:
         kill_group(head)
@@ -190,13 +233,18 @@ def test_a_local_run_is_isolated_from_stray_ray_clusters(tmp_path) -> None:
     try:
         # negative control: the stray cluster is there to be joined, and joining it fails as it used to
         probe = "import ray; ray.init(object_store_memory=256 * 2**20)"
-        joined = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                                timeout=HANG_GUARD_S)
+        joined = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=HANG_GUARD_S
+        )
         assert joined.returncode != 0 and "When connecting to an existing cluster" in joined.stderr
         out = tmp_path / "run"
-        result = subprocess.run([SPOTBENCH, "run", *SMALL, "--limit", "2", "--output", str(out)],
-                                env=env | {"RAY_ADDRESS": f"127.0.0.1:{port}"}, capture_output=True, text=True,
-                                timeout=HANG_GUARD_S)
+        result = subprocess.run(
+            [SPOTBENCH, "run", *SMALL, "--limit", "2", "--output", str(out)],
+            env=env | {"RAY_ADDRESS": f"127.0.0.1:{port}"},
+            capture_output=True,
+            text=True,
+            timeout=HANG_GUARD_S,
+        )
         assert result.returncode == 0, result.stderr
         assert "Traceback" not in result.stderr and result.stdout.startswith("run directory: ")
         # its own instance (all of this machine's CPUs), not the one-CPU stray, which is still up

@@ -33,11 +33,17 @@ def test_every_checkpoint_a_run_reads_is_hashed_into_its_inputs(tmp_path) -> Non
 
     inputs = run_inputs(Suite())
     assert set(inputs["checkpoints"]) == {"sdar-a", "spot"}  # the default: its zoo target and SPOT checkpoint
-    many = run_inputs(Suite(models=("dream-a", "tiny-random:sdar"), proposers=("confidence", "spiffy:spiffy-dream-a",
-                                                                               "spot-sets", "spot:spot-sdar-a-grid")))
+    many = run_inputs(
+        Suite(
+            models=("dream-a", "tiny-random:sdar"),
+            proposers=("confidence", "spiffy:spiffy-dream-a", "spot-sets", "spot:spot-sdar-a-grid"),
+        )
+    )
     assert set(many["checkpoints"]) == {"dream-a", "spiffy:spiffy-dream-a", "spot-sets", "spot:spot-sdar-a-grid"}
     assert set(run_inputs(Suite(models=("ar-a",), proposers=("draft-model:ar-a-draft",)))["checkpoints"]) == {
-        "ar-a", "draft-model:ar-a-draft"}
+        "ar-a",
+        "draft-model:ar-a-draft",
+    }
 
     folder = tmp_path / "target"
     shutil.copytree(model_dir("sdar-a"), folder)

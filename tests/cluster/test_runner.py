@@ -12,16 +12,23 @@ from cluster.runner import room_for, run_suite
 from cluster.suite import Suite
 from harness.results import KEY_FIELDS
 
-SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence", "oracle"), limit=3,
-              temperatures=(0.0, 1.0), budgets=(0, 4), gen_length=16, block_length=8, workers=2,
-              batch_sizes=(1,))  # units of 2 prompts: a run has units to spread, retry and resume
+SUITE = Suite(
+    models=("tiny-random:sdar",),
+    proposers=("confidence", "oracle"),
+    limit=3,
+    temperatures=(0.0, 1.0),
+    budgets=(0, 4),
+    gen_length=16,
+    block_length=8,
+    workers=2,
+    batch_sizes=(1,),
+)  # units of 2 prompts: a run has units to spread, retry and resume
 
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
     # "local": a fresh instance even when RAY_ADDRESS or a `ray start` elsewhere on the machine says otherwise
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             object_store_memory=100 * 2**20)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
     yield
     ray.shutdown()
 
@@ -73,8 +80,9 @@ def test_a_finished_run_is_extended_reusing_every_finished_group(tmp_path) -> No
     small = Suite(**{**SUITE.__dict__, "proposers": ("confidence",), "budgets": (0,), "limit": 2})
     first = run_suite(small, tmp_path / "run", progress=False)
     before = {p.name: p.stat().st_mtime_ns for p in first.run_dir.samples_dir.iterdir()}
-    original = {(r["sample_id"], r["temperature"]): r["plain_answer_ids"]
-                for r in first.run_dir.read_rows().to_pylist()}
+    original = {
+        (r["sample_id"], r["temperature"]): r["plain_answer_ids"] for r in first.run_dir.read_rows().to_pylist()
+    }
     bigger = Suite(**{**SUITE.__dict__, "proposers": ("confidence", "oracle"), "budgets": (0, 4), "limit": 3})
     result = run_suite(bigger, tmp_path / "run", progress=False)
     # 4 finished groups get a file with their 3 new arms, 2 new groups are decoded whole; nothing is rewritten
@@ -116,7 +124,10 @@ def test_a_killed_worker_is_replaced_and_every_row_lands_once(tmp_path) -> None:
     manifest = result.run_dir.manifest()
     assert manifest["status"] == "complete"
     assert {k: manifest["sessions"][-1][k] for k in ("worker_deaths", "replacements", "workers_lost")} == {
-        "worker_deaths": 1, "replacements": 1, "workers_lost": 0}
+        "worker_deaths": 1,
+        "replacements": 1,
+        "workers_lost": 0,
+    }
     assert manifest["sessions"][-1]["retries"] >= 1
 
 

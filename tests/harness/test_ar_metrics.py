@@ -23,9 +23,16 @@ from harness.targets.registry import load_target
 from proposers.baselines.prompt_lookup import PromptLookupProposer
 from tasks.registry import get_task
 
-SUITE = Suite(models=("tiny-random-ar",), proposers=("draft-model:tiny-random-ar", "draft-model:tiny-random-ar:1"),
-              limit=2, temperatures=(0.0, 1.0), budgets=(3,), gen_length=16, block_length=16,
-              ar_sampling="rejection")
+SUITE = Suite(
+    models=("tiny-random-ar",),
+    proposers=("draft-model:tiny-random-ar", "draft-model:tiny-random-ar:1"),
+    limit=2,
+    temperatures=(0.0, 1.0),
+    budgets=(3,),
+    gen_length=16,
+    block_length=16,
+    ar_sampling="rejection",
+)
 
 
 class CountingLookup(PromptLookupProposer):
@@ -43,10 +50,15 @@ class CountingLookup(PromptLookupProposer):
 def test_draft_forwards_on_the_target_count_as_target_forwards() -> None:
     ids = tuple(b"the cat sat on the mat; the cat sat on the")
     group = Group("tiny-random-ar", "prompt", "0", ids, 0.0, "greedy", 0, 24, 8)
-    [lookup, counted] = evaluate_group(load_target("tiny-random-ar").exact(), group,
-                                       [Arm("prompt-lookup", 4), Arm("counting", 4)],
-                                       lambda spec, target, plain: PromptLookupProposer() if spec == "prompt-lookup"
-                                       else CountingLookup(), None, True, 1e-9)
+    [lookup, counted] = evaluate_group(
+        load_target("tiny-random-ar").exact(),
+        group,
+        [Arm("prompt-lookup", 4), Arm("counting", 4)],
+        lambda spec, target, plain: PromptLookupProposer() if spec == "prompt-lookup" else CountingLookup(),
+        None,
+        True,
+        1e-9,
+    )
     assert lookup.spec_target_forwards == lookup.spec_nfe and lookup.speedup_nfe == 24 / lookup.spec_nfe
     assert counted.spec_nfe == lookup.spec_nfe and counted.spec_target_forwards == 3 * counted.spec_nfe
     assert counted.speedup_nfe == pytest.approx(24 / (3 * counted.spec_nfe))
@@ -56,10 +68,12 @@ def test_draft_forwards_on_the_target_count_as_target_forwards() -> None:
 @functools.cache
 def rejection_rows() -> tuple[dict, ...]:
     evaluator = Evaluator(SUITE)
-    return tuple(dataclasses.asdict(row) for sample in get_task("arith").load("test", limit=2)
-                 for group in evaluator.evaluate(Unit("tiny-random-ar", "arith", (sample,),
-                                                      SUITE.groups("tiny-random-ar")))
-                 for row in group)
+    return tuple(
+        dataclasses.asdict(row)
+        for sample in get_task("arith").load("test", limit=2)
+        for group in evaluator.evaluate(Unit("tiny-random-ar", "arith", (sample,), SUITE.groups("tiny-random-ar")))
+        for row in group
+    )
 
 
 def test_rejection_rows_are_checked_at_t0_and_reported_in_distribution_above() -> None:
@@ -77,8 +91,10 @@ def test_rejection_rows_are_checked_at_t0_and_reported_in_distribution_above() -
 
 def test_summary_gate_and_report_keep_distribution_rows_apart(tmp_path) -> None:
     rows = rejection_rows()
-    summary = {(r["proposer"], r["temperature"]): r
-               for r in summarize(pa.Table.from_pylist(list(rows), schema=ROW_SCHEMA)).to_pylist()}
+    summary = {
+        (r["proposer"], r["temperature"]): r
+        for r in summarize(pa.Table.from_pylist(list(rows), schema=ROW_SCHEMA)).to_pylist()
+    }
     assert summary["draft-model:tiny-random-ar:1", 1.0]["exact_rate"] is None
     assert summary["draft-model:tiny-random-ar:1", 1.0]["distribution_n"] == 2
     assert summary["draft-model:tiny-random-ar:1", 0.0]["exact_rate"] == 1.0
@@ -87,20 +103,22 @@ def test_summary_gate_and_report_keep_distribution_rows_apart(tmp_path) -> None:
         nfe = sum(r["spec_nfe"] for r in members)
         commits = sum(r["spec_commits"] for r in members)
         assert arm["tokens_per_target_forward"] == arm["mean_accept_len"] == commits / nfe
-        assert arm["accept_rate_per_depth"] == [sum(r["accepted_per_depth"][d] for r in members) / nfe
-                                                for d in range(3)]
+        assert arm["accept_rate_per_depth"] == [
+            sum(r["accepted_per_depth"][d] for r in members) / nfe for d in range(3)
+        ]
         assert arm["ar_sampling"] == "rejection"
     checks = gate(list(summary.values()), list(summary.values()), "complete")
     assert all(c.ok for c in checks)
     assert [c.allowed for c in checks if c.metric == "exact_rate" and c.value is None] == [
-        "not token-checked (distribution)"] * 2
+        "not token-checked (distribution)"
+    ] * 2
     broken = [r | {"exact": False, "verdict": "logic-error"} if r["temperature"] == 0 else r for r in rows]
     worse = summarize(pa.Table.from_pylist(broken, schema=ROW_SCHEMA)).to_pylist()
     assert not all(c.ok for c in gate(worse, worse, "complete"))  # a checked row that diverges still fails
 
     run = RunDir.open(tmp_path / "run", SUITE.config(), [0])
     for start in range(0, len(rows), 2):  # a group's two arms per file
-        run.write_group([Row(**r) for r in rows[start:start + 2]])
+        run.write_group([Row(**r) for r in rows[start : start + 2]])
     run.write_summary()
     page = render_report(run)
     assert "tokens per target forward" in page and "<th>distribution</th>" in page and "rejection" in page

@@ -11,16 +11,27 @@ from harness.results import Row, RunDir, group_id
 from spotbench.cli import main
 from tasks.registry import get_task
 
-SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence",), limit=4, temperatures=(0.0,),
-              budgets=(4,), gen_length=16, block_length=8)
+SUITE = Suite(
+    models=("tiny-random:sdar",),
+    proposers=("confidence",),
+    limit=4,
+    temperatures=(0.0,),
+    budgets=(4,),
+    gen_length=16,
+    block_length=8,
+)
 
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
     evaluator = Evaluator(SUITE)
     samples = get_task("arith").load("test", limit=4)
-    return [dataclasses.asdict(r) for s in samples
-            for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), SUITE.groups())) for r in g]
+    return [
+        dataclasses.asdict(r)
+        for s in samples
+        for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), SUITE.groups()))
+        for r in g
+    ]
 
 
 CONFIG = SUITE.config()
@@ -56,22 +67,44 @@ def test_a_run_equal_to_its_baseline_passes(tmp_path, rows, capsys) -> None:
 
 def test_a_regressed_run_fails_with_a_table(tmp_path, rows, capsys) -> None:
     base = write_run(tmp_path / "base", [r | {"correct": True} for r in rows])
-    bad = [r | {"correct": False, "spec_nfe": r["spec_nfe"] * 2, "spec_target_forwards": r["spec_target_forwards"] * 2,
-                "spec_wall_s": r["spec_wall_s"] * 4} for r in rows]
+    bad = [
+        r
+        | {
+            "correct": False,
+            "spec_nfe": r["spec_nfe"] * 2,
+            "spec_target_forwards": r["spec_target_forwards"] * 2,
+            "spec_wall_s": r["spec_wall_s"] * 4,
+        }
+        for r in rows
+    ]
     bad[0] |= {"exact": False, "verdict": "logic-error"}
     run = write_run(tmp_path / "run", bad)
     assert main(["gate", run, "--baseline", base]) == 1
     out = capsys.readouterr().out
     for metric in ("exact_rate", "mean_accept_len", "speedup_nfe", "speedup_wall", "accuracy"):
-        assert any(line.split()[4] == metric and line.endswith("FAIL") for line in out.splitlines()
-                   if len(line.split()) > 5), metric
+        assert any(
+            line.split()[4] == metric and line.endswith("FAIL") for line in out.splitlines() if len(line.split()) > 5
+        ), metric
     assert "gate: FAIL: 5 of 5 checks failed" in out
 
 
 def test_a_small_accuracy_drop_within_the_wilson_bound_passes(rows) -> None:
-    base = {"model": "m", "proposer": "p", "task": "t", "temperature": 0.0, "rule": "top1", "budget": 4,
-            "batch_size": 1, "n": 20, "correct": 10, "accuracy": 0.5, "exact_rate": 1.0, "mean_accept_len": 2.0,
-            "speedup_nfe": 2.0, "speedup_wall": 1.5}
+    base = {
+        "model": "m",
+        "proposer": "p",
+        "task": "t",
+        "temperature": 0.0,
+        "rule": "top1",
+        "budget": 4,
+        "batch_size": 1,
+        "n": 20,
+        "correct": 10,
+        "accuracy": 0.5,
+        "exact_rate": 1.0,
+        "mean_accept_len": 2.0,
+        "speedup_nfe": 2.0,
+        "speedup_wall": 1.5,
+    }
     ok = gate([base | {"accuracy": 0.35}], [base], "complete")
     assert all(c.ok for c in ok)
     low = gate([base | {"accuracy": 0.25}], [base], "complete")
@@ -102,8 +135,9 @@ def test_runs_of_other_settings_are_refused_unless_allowed(tmp_path, rows, capsy
     captured = capsys.readouterr()
     assert captured.err.startswith("spotbench: warning: ") and "gate: PASS" in captured.out
     # arms are matched by key: another budget list is a missing arm, not a refusal
-    more = write_run(tmp_path / "more", rows + [r | {"budget": 8} for r in rows],
-                     config=SUITE.config() | {"budgets": [4, 8]})
+    more = write_run(
+        tmp_path / "more", rows + [r | {"budget": 8} for r in rows], config=SUITE.config() | {"budgets": [4, 8]}
+    )
     assert main(["gate", more, "--baseline", base]) == 0
 
 

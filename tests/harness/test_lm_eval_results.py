@@ -18,8 +18,15 @@ from harness.results import RunDir
 from spotbench.cli import main
 from tasks.registry import get_task
 
-SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence", "oracle"), limit=2, temperatures=(0.0, 1.0),
-              budgets=(4,), gen_length=16, block_length=8)
+SUITE = Suite(
+    models=("tiny-random:sdar",),
+    proposers=("confidence", "oracle"),
+    limit=2,
+    temperatures=(0.0, 1.0),
+    budgets=(4,),
+    gen_length=16,
+    block_length=8,
+)
 
 
 pytestmark = pytest.mark.slow  # a run's worth of decoding (seconds each on a loaded machine)
@@ -27,8 +34,9 @@ pytestmark = pytest.mark.slow  # a run's worth of decoding (seconds each on a lo
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> RunDir:
-    run = RunDir.open(tmp_path_factory.mktemp("lm_eval") / "run", SUITE.config(), [0],
-                      split_sizes={"arith": SUITE.limit})
+    run = RunDir.open(
+        tmp_path_factory.mktemp("lm_eval") / "run", SUITE.config(), [0], split_sizes={"arith": SUITE.limit}
+    )
     evaluator = Evaluator(SUITE)
     for sample in get_task("arith").load("test", limit=SUITE.limit):
         for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), SUITE.groups())):
@@ -78,9 +86,33 @@ def test_lm_eval_reads_it(run) -> None:
 
 def test_spotbench_run_writes_results_json(tmp_path, capsys) -> None:
     out = tmp_path / "run"
-    assert main(["run", "--models", "tiny-random:sdar", "--proposers", "confidence", "--budgets", "4",
-                 "--limit", "2", "--temperatures", "0", "--gen-length", "16", "--block-length", "8",
-                 "--workers", "1", "--no-progress", "--output", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--models",
+                "tiny-random:sdar",
+                "--proposers",
+                "confidence",
+                "--budgets",
+                "4",
+                "--limit",
+                "2",
+                "--temperatures",
+                "0",
+                "--gen-length",
+                "16",
+                "--block-length",
+                "8",
+                "--workers",
+                "1",
+                "--no-progress",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     data = json.loads((out / FILE).read_text())
     [arm] = pq.read_table(out / "summary.parquet").to_pylist()
     [result] = data["results"].values()

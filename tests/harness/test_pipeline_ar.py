@@ -49,8 +49,12 @@ def test_an_ar_group_with_a_commit_rule_is_a_bug():
 
 
 def test_suite_groups_and_validation():
-    suite = Suite(models=("tiny-random-ar", "tiny-random:sdar"), proposers=("oracle",), rules=("top1", "threshold:0.9"),
-                  temperatures=(0.0, 1.0))
+    suite = Suite(
+        models=("tiny-random-ar", "tiny-random:sdar"),
+        proposers=("oracle",),
+        rules=("top1", "threshold:0.9"),
+        temperatures=(0.0, 1.0),
+    )
     assert suite.groups("tiny-random-ar") == [(0.0, "greedy", 0), (1.0, "greedy", 0)]
     assert suite.groups("tiny-random:sdar") == suite.groups() and len(suite.groups()) == 4
     with pytest.raises(UserError, match="'confidence' drafts for diffusion"):
@@ -60,8 +64,23 @@ def test_suite_groups_and_validation():
 
 
 def test_spotbench_decode_on_an_ar_target(capsys):
-    status = main(["decode", "--model", "tiny-random-ar", "--proposer", "prompt-lookup", "--budget", "4",
-                   "--prompt", "the cat sat on the mat; the cat sat on the", "--gen-length", "32", "--exact", "--json"])
+    status = main(
+        [
+            "decode",
+            "--model",
+            "tiny-random-ar",
+            "--proposer",
+            "prompt-lookup",
+            "--budget",
+            "4",
+            "--prompt",
+            "the cat sat on the mat; the cat sat on the",
+            "--gen-length",
+            "32",
+            "--exact",
+            "--json",
+        ]
+    )
     assert status == 0
     [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert row["rule"] == "greedy" and row["exact"] and row["plain_nfe"] == 32 and row["spec_commits"] == 32

@@ -11,8 +11,15 @@ from harness.results import RunDir, group_id
 from spotbench.cli import main
 from tasks.registry import get_task
 
-SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence", "oracle"), limit=2, temperatures=(0.0, 1.0),
-              budgets=(0, 2, 4), gen_length=16, block_length=8)
+SUITE = Suite(
+    models=("tiny-random:sdar",),
+    proposers=("confidence", "oracle"),
+    limit=2,
+    temperatures=(0.0, 1.0),
+    budgets=(0, 2, 4),
+    gen_length=16,
+    block_length=8,
+)
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -33,8 +40,14 @@ def test_the_report_is_one_self_contained_page_with_every_plot(run_dir, capsys) 
     page = (run_dir.path / "report.html").read_text()
     assert capsys.readouterr().out.strip().endswith("report.html")
     assert not re.search(r"""(src|href)\s*=|url\(|https?://|<link|<script""", page)
-    for title in ("Speedup vs budget", "Transitions committed per pass", "Target passes per generated token",
-                  "Exactness", "Accuracy of the plain reference", "Accuracy"):
+    for title in (
+        "Speedup vs budget",
+        "Transitions committed per pass",
+        "Target passes per generated token",
+        "Exactness",
+        "Accuracy of the plain reference",
+        "Accuracy",
+    ):
         assert title in page
     # speedup: one panel per temperature; histograms: per panel and proposer; passes per token and
     # accuracy: one per (model, task)
@@ -55,10 +68,26 @@ def chromium(page, tmp_path) -> tuple[str, bytes]:
     """Render `page` headless; returns (console lines, screenshot PNG)."""
     shot = tmp_path / "shot.png"
     result = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-         "--enable-logging=stderr", "--v=0", "--window-size=1200,1600", f"--screenshot={shot}", page.as_uri()],
-        capture_output=True, text=True, timeout=120)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1200,1600",
+            f"--screenshot={shot}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     console = "\n".join(line for line in result.stderr.splitlines() if ":CONSOLE" in line)
     return console, shot.read_bytes() if shot.exists() else b""
 

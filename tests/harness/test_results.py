@@ -17,8 +17,16 @@ from harness.store import sha256_file
 from harness.summary import _joint_draws, summarize
 from tasks.registry import get_task
 
-SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence", "oracle"), limit=2, temperatures=(0.0,),
-              budgets=(0, 4), gen_length=16, block_length=8)
+SUITE = Suite(
+    models=("tiny-random:sdar",),
+    proposers=("confidence", "oracle"),
+    limit=2,
+    temperatures=(0.0,),
+    budgets=(0, 4),
+    gen_length=16,
+    block_length=8,
+)
+
 
 @pytest.fixture(scope="module")
 def groups() -> list[list[Row]]:
@@ -27,13 +35,17 @@ def groups() -> list[list[Row]]:
     samples = get_task("arith").load("test", limit=2)
     return [rows for s in samples for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), SUITE.groups()))]
 
+
 def test_rows_match_the_schema_and_carry_both_arms(groups) -> None:
     assert len(groups) == 2 and all(len(rows) == 4 for rows in groups)
     row = dataclasses.asdict(groups[0][1])
     assert list(row) == ROW_SCHEMA.names
     assert (row["proposer"], row["budget"]) == ("confidence", 4)
-    assert (row["speedup_nfe"] == row["plain_nfe"] / row["spec_nfe"]
-            == row["plain_target_forwards"] / row["spec_target_forwards"])
+    assert (
+        row["speedup_nfe"]
+        == row["plain_nfe"] / row["spec_nfe"]
+        == row["plain_target_forwards"] / row["spec_target_forwards"]
+    )
     assert (row["ar_sampling"], row["spec_draft_model_forwards"]) == ("coupled", 0)
     assert row["exact"] and row["verdict"] == "exact" and row["divergence_step"] is None
     assert (row["proposer_kind"], row["trained_on"]) == ("baseline", None)
@@ -75,8 +87,15 @@ def test_groups_are_written_once_atomically_with_a_recorded_digest(tmp_path, gro
 
 
 def test_group_id_and_file_names_are_fixed_functions_of_the_key() -> None:
-    key = {"model": "m", "task": "t", "sample_id": "test/0", "temperature": 0.0, "rule": "top1", "seed": 0,
-           "batch_size": 8}
+    key = {
+        "model": "m",
+        "task": "t",
+        "sample_id": "test/0",
+        "temperature": 0.0,
+        "rule": "top1",
+        "seed": 0,
+        "batch_size": 8,
+    }
     assert group_id(key) == group_id(dict(reversed(list(key.items()))))
     assert group_id(key) != group_id(key | {"seed": 1}) != group_id(key | {"batch_size": 1})
     # the name format is part of the schema: changing it would orphan every existing run directory
@@ -87,11 +106,19 @@ def test_group_id_and_file_names_are_fixed_functions_of_the_key() -> None:
 
 def test_config_changes_that_extend_and_that_refuse() -> None:
     old = SUITE.config()
-    grown = compare(old, old | {"budgets": [0, 4, 8], "limit": 5, "seeds": [0, 1],
-                                "proposers": ["oracle", "confidence"]})
+    grown = compare(
+        old, old | {"budgets": [0, 4, 8], "limit": 5, "seeds": [0, 1], "proposers": ["oracle", "confidence"]}
+    )
     assert set(grown.extended) == {"budgets", "limit", "seeds", "proposers"} and not grown.refused
-    for setting, value in (("gen_length", 32), ("block_length", 16), ("exact", True), ("split", "train"),
-                           ("limit", 1), ("budgets", [4]), ("num_fewshot", 2)):
+    for setting, value in (
+        ("gen_length", 32),
+        ("block_length", 16),
+        ("exact", True),
+        ("split", "train"),
+        ("limit", 1),
+        ("budgets", [4]),
+        ("num_fewshot", 2),
+    ):
         assert set(compare(old, old | {setting: value}).refused) == {setting}, setting
     assert set(compare(old, old | {"new_setting": 1}).refused) == {"new_setting"}  # unknown: refused
     assert not compare(old, dict(old)).extended and not compare(old, dict(old)).refused
@@ -110,8 +137,11 @@ def test_reopening_resumes_extends_and_refuses(tmp_path, groups) -> None:
     assert manifest["config"] == bigger and len(manifest["sessions"]) == 3
     assert manifest["config_history"][0]["changes"] == {"budgets": [[0, 4], [0, 4, 8]], "limit": [2, 3]}
     assert manifest["sessions"][1]["command"] == ["spotbench", "run"] and manifest["sessions"][2]["extended"]
-    for change, named in (({"limit": 2}, "limit 3 -> 2"), ({"gen_length": 32}, "gen_length 16 -> 32"),
-                          ({"budgets": [0, 4]}, "budgets [0, 4, 8] -> [0, 4]")):
+    for change, named in (
+        ({"limit": 2}, "limit 3 -> 2"),
+        ({"gen_length": 32}, "gen_length 16 -> 32"),
+        ({"budgets": [0, 4]}, "budgets [0, 4, 8] -> [0, 4]"),
+    ):
         with pytest.raises(UserError, match=f"different config .*{re.escape(named)}"):
             RunDir.open(tmp_path / "run", bigger | change, [0])
     assert run.manifest() == manifest  # a refusal writes nothing
@@ -142,8 +172,16 @@ def test_manifest_records_provenance(tmp_path) -> None:
     manifest = run.manifest()
     assert manifest["status"] == "complete" and manifest["resumes"] == 0
     assert manifest["sessions"][0] | {"finished": None} == {
-        "started": manifest["sessions"][0]["started"], "command": ["spotbench", "run"], "resumed": False,
-        "finished": None, "status": "complete", "error": None, "duration_s": 1.5, "worker_deaths": 1, "retries": 2}
+        "started": manifest["sessions"][0]["started"],
+        "command": ["spotbench", "run"],
+        "resumed": False,
+        "finished": None,
+        "status": "complete",
+        "error": None,
+        "duration_s": 1.5,
+        "worker_deaths": 1,
+        "retries": 2,
+    }
     with pytest.raises(ValueError):
         run.update_manifest(status="done")
 
@@ -177,14 +215,17 @@ def test_summary_is_ratios_of_sums_per_arm(tmp_path, groups) -> None:
 def test_speedup_interval_resamples_prompts_with_their_seeds_together() -> None:
     # Prompt a: seeds at 2x and 1x, b: 1x twice. Drawing prompts, the highest draw is a twice, 4/3;
     # drawing rows, a's 2x seed three times of four (5% of draws) would push the top past 1.5.
-    rows = [{"sample_id": s, "plain_target_forwards": 10, "spec_target_forwards": spec}
-            for s, spec in (("a", 5), ("a", 10), ("b", 10), ("b", 10))]
+    rows = [
+        {"sample_id": s, "plain_target_forwards": 10, "spec_target_forwards": spec}
+        for s, spec in (("a", 5), ("a", 10), ("b", 10), ("b", 10))
+    ]
     assert interval(_joint_draws({"arm": rows})["arm"]) == pytest.approx((1.0, 4 / 3))
 
 
 def test_exact_mode_rows_are_float64_and_exact() -> None:
-    suite = Suite(**{**SUITE.__dict__, "exact": True, "proposers": ("confidence",), "budgets": (4,),
-                     "temperatures": (1.0,)})
+    suite = Suite(
+        **{**SUITE.__dict__, "exact": True, "proposers": ("confidence",), "budgets": (4,), "temperatures": (1.0,)}
+    )
     sample = get_task("arith").load("test", limit=1)[0]
     [[row]] = Evaluator(suite).evaluate(Unit(suite.models[0], "arith", (sample,), suite.groups()))
     assert row.exact_mode and row.near_tie_tolerance == 1e-9

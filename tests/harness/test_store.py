@@ -21,8 +21,15 @@ from harness.store import INDEX_FILE, read_parquet, run_digest, sha256_file
 from spotbench.cli import main
 from tasks.registry import get_task
 
-SUITE = Suite(models=("tiny-random:sdar",), proposers=("confidence", "oracle"), limit=2, temperatures=(0.0,),
-              budgets=(0, 4), gen_length=16, block_length=8)
+SUITE = Suite(
+    models=("tiny-random:sdar",),
+    proposers=("confidence", "oracle"),
+    limit=2,
+    temperatures=(0.0,),
+    budgets=(0, 4),
+    gen_length=16,
+    block_length=8,
+)
 
 
 def _write(path, samples) -> RunDir:
@@ -72,29 +79,42 @@ def flip_bit(path) -> None:
 
 
 DAMAGE = {
-    "truncated": (lambda f, foreign: f.write_bytes(f.read_bytes()[: f.stat().st_size // 2]),
-                  "not a readable Parquet file"),
+    "truncated": (
+        lambda f, foreign: f.write_bytes(f.read_bytes()[: f.stat().st_size // 2]),
+        "not a readable Parquet file",
+    ),
     "bit flip": (lambda f, foreign: flip_bit(f), "page checksum mismatch"),
     "deleted row": (lambda f, foreign: rewrite(f, lambda t: t.slice(1)), "3 rows, 4 when written (rows deleted)"),
-    "duplicated row": (lambda f, foreign: rewrite(f, lambda t: pa.concat_tables([t, t.slice(0, 1)])),
-                       "duplicated rows: key confidence@0 appears more than once"),
+    "duplicated row": (
+        lambda f, foreign: rewrite(f, lambda t: pa.concat_tables([t, t.slice(0, 1)])),
+        "duplicated rows: key confidence@0 appears more than once",
+    ),
     "duplicated file": (lambda f, foreign: shutil.copy(f, f.with_name("copy.parquet")), "a copy of samples/"),
     "missing file": (lambda f, foreign: f.unlink(), "missing (listed in index.jsonl)"),
     "foreign parquet": (lambda f, foreign: shutil.copy(foreign, f.parent), "not written by this run"),
-    "wrong schema": (lambda f, foreign: rewrite(f, lambda t: t.drop_columns(["prompt"])),
-                     f"wrong schema, not a version-{SCHEMA_VERSION} sample file (missing prompt)"),
+    "wrong schema": (
+        lambda f, foreign: rewrite(f, lambda t: t.drop_columns(["prompt"])),
+        f"wrong schema, not a version-{SCHEMA_VERSION} sample file (missing prompt)",
+    ),
 }
 
 
 def test_a_clean_run_verifies_and_prints_the_digest_sha256sum_gives(clean, capsys) -> None:
     assert main(["verify", str(clean.path)]) == 0
     summary, digest = capsys.readouterr().out.strip().splitlines()
-    assert summary.endswith("2 groups in 2 files, 8 rows, each once (sha256 and Parquet page checksums match), "
-                            "summary recomputed from the rows")
+    assert summary.endswith(
+        "2 groups in 2 files, 8 rows, each once (sha256 and Parquet page checksums match), "
+        "summary recomputed from the rows"
+    )
     assert digest == f"digest {run_digest(clean.path)}"
     # the recipe docs/runs.md gives, with coreutils: anyone can recompute the digest
-    listing = subprocess.run("LC_ALL=C sha256sum manifest.json index.jsonl samples/*.parquet summary.parquet",
-                             shell=True, cwd=clean.path, capture_output=True, check=True).stdout
+    listing = subprocess.run(
+        "LC_ALL=C sha256sum manifest.json index.jsonl samples/*.parquet summary.parquet",
+        shell=True,
+        cwd=clean.path,
+        capture_output=True,
+        check=True,
+    ).stdout
     assert hashlib.sha256(listing).hexdigest() == run_digest(clean.path)
 
 
@@ -125,26 +145,42 @@ def _set(key, value):
 
 FORGERIES = {
     "file copied over another group's, index updated": (
-        _copy_over_another_group, "not of the group it is indexed under (a file of another group in its place)"),
+        _copy_over_another_group,
+        "not of the group it is indexed under (a file of another group in its place)",
+    ),
     "file renamed to another group's name, index updated": (
-        lambda run: _rename_into_another_group(run), "its rows belong in samples/"),
-    "manifest limit raised": (lambda run: _forge_manifest(run, _set("limit", 3)),
-                              "index.jsonl: tiny-random:sdar/arith has 2 prompts, the config plans 3"),
-    "manifest limit lowered": (lambda run: _forge_manifest(run, _set("limit", 1)),
-                               "manifest.json: config says limit 1, and the rows hold 2 prompts"),
-    "manifest temperature added": (lambda run: _forge_manifest(run, _set("temperatures", [0.0, 1.0])),
-                                   "T=1 top1 seed 0 batch 8 lacks every arm of the config the manifest records"),
-    "manifest temperature replaced": (lambda run: _forge_manifest(run, _set("temperatures", [1.0])),
-                                      "rows of temperature 0.0, which the run's config does not name"),
-    "manifest budget dropped": (lambda run: _forge_manifest(run, _set("budgets", [4])),
-                                "rows of budget 0, which the run's config does not name"),
-    "summary_sha256 removed": (lambda run: _forge_manifest(run, lambda m: m.pop("summary_sha256")),
-                               "manifest.json: a complete run's manifest without summary_sha256"),
-    "summary rewritten, its sha256 updated": (lambda run: _rewrite_summary(run),
-                                              "speedup_nfe is 100.0, its rows give"),
-    "manifest inputs edited": (lambda run: _forge_manifest(run,
-                                                           lambda m: m["inputs"]["checkpoints"].update(x="0" * 64)),
-                               "summary.parquet: its metadata's inputs differs from manifest.json's"),
+        lambda run: _rename_into_another_group(run),
+        "its rows belong in samples/",
+    ),
+    "manifest limit raised": (
+        lambda run: _forge_manifest(run, _set("limit", 3)),
+        "index.jsonl: tiny-random:sdar/arith has 2 prompts, the config plans 3",
+    ),
+    "manifest limit lowered": (
+        lambda run: _forge_manifest(run, _set("limit", 1)),
+        "manifest.json: config says limit 1, and the rows hold 2 prompts",
+    ),
+    "manifest temperature added": (
+        lambda run: _forge_manifest(run, _set("temperatures", [0.0, 1.0])),
+        "T=1 top1 seed 0 batch 8 lacks every arm of the config the manifest records",
+    ),
+    "manifest temperature replaced": (
+        lambda run: _forge_manifest(run, _set("temperatures", [1.0])),
+        "rows of temperature 0.0, which the run's config does not name",
+    ),
+    "manifest budget dropped": (
+        lambda run: _forge_manifest(run, _set("budgets", [4])),
+        "rows of budget 0, which the run's config does not name",
+    ),
+    "summary_sha256 removed": (
+        lambda run: _forge_manifest(run, lambda m: m.pop("summary_sha256")),
+        "manifest.json: a complete run's manifest without summary_sha256",
+    ),
+    "summary rewritten, its sha256 updated": (lambda run: _rewrite_summary(run), "speedup_nfe is 100.0, its rows give"),
+    "manifest inputs edited": (
+        lambda run: _forge_manifest(run, lambda m: m["inputs"]["checkpoints"].update(x="0" * 64)),
+        "summary.parquet: its metadata's inputs differs from manifest.json's",
+    ),
 }
 
 
@@ -154,8 +190,13 @@ def _rename_into_another_group(run: RunDir) -> None:
     second_entry = next(e for e in entries if e["file"] == second.name)
     second.unlink()
     first.rename(second)  # the first group's rows under the second's name: the index keeps the first's group
-    _forge_index(run, second.name, sha256=sha256_file(second), group=next(
-        e for e in entries if e["file"] == first.name)["group"], label=second_entry["label"])
+    _forge_index(
+        run,
+        second.name,
+        sha256=sha256_file(second),
+        group=next(e for e in entries if e["file"] == first.name)["group"],
+        label=second_entry["label"],
+    )
     _forge_index(run, first.name, removed="forged")
     with (run.path / INDEX_FILE).open("a") as index:
         index.write(json.dumps({"file": first.name, "removed": "forged"}) + "\n")
@@ -164,9 +205,12 @@ def _rename_into_another_group(run: RunDir) -> None:
 
 def _rewrite_summary(run: RunDir) -> None:
     table = pq.read_table(run.summary_path)
-    rewrite(run.summary_path, lambda t: t.set_column(t.schema.get_field_index("speedup_nfe"), "speedup_nfe",
-                                                    pa.array([100.0] * t.num_rows)).replace_schema_metadata(
-        table.schema.metadata))
+    rewrite(
+        run.summary_path,
+        lambda t: t.set_column(
+            t.schema.get_field_index("speedup_nfe"), "speedup_nfe", pa.array([100.0] * t.num_rows)
+        ).replace_schema_metadata(table.schema.metadata),
+    )
     _forge_manifest(run, lambda m: m.update(summary_sha256=sha256_file(run.summary_path)))
 
 
@@ -202,8 +246,14 @@ def test_a_deliberate_consistent_edit_passes_verify_and_only_the_digest_refuses_
     shutil.copytree(clean.path, run.path)
     first = sorted(run.samples_dir.glob("*.parquet"))[0]
     table = read_parquet(first)
-    store.write_parquet(table.set_column(table.schema.get_field_index("spec_wall_s"), "spec_wall_s",
-                                         pa.array([w / 2 for w in table.column("spec_wall_s").to_pylist()])), first)
+    store.write_parquet(
+        table.set_column(
+            table.schema.get_field_index("spec_wall_s"),
+            "spec_wall_s",
+            pa.array([w / 2 for w in table.column("spec_wall_s").to_pylist()]),
+        ),
+        first,
+    )
     _forge_index(run, first.name, sha256=sha256_file(first))
     run.update_manifest(status="running")  # the forger recomputes the summary and its sha256 too
     run.write_summary()
@@ -226,8 +276,9 @@ def test_a_deliberate_consistent_edit_passes_verify_and_only_the_digest_refuses_
 
 
 @pytest.mark.parametrize("kind", DAMAGE)
-def test_every_kind_of_damage_is_one_line_naming_the_file_and_readers_refuse_it(kind, clean, foreign_file,
-                                                                                tmp_path, capsys) -> None:
+def test_every_kind_of_damage_is_one_line_naming_the_file_and_readers_refuse_it(
+    kind, clean, foreign_file, tmp_path, capsys
+) -> None:
     run = RunDir(tmp_path / "run")
     shutil.copytree(clean.path, run.path)
     damage, message = DAMAGE[kind]
@@ -278,7 +329,8 @@ def test_reopening_moves_damage_aside_and_plans_its_group_again(clean, tmp_path,
     verification = reopened.verify()
     assert not verification.damage and list(verification.parts) == [second.name]
     assert sorted(p.name.rsplit(".", 1)[0] for p in (run.path / "damaged").iterdir()) == sorted(
-        [f"{first.name}", "copy.parquet"])
+        [f"{first.name}", "copy.parquet"]
+    )
     assert len(reopened.manifest()["sessions"][-1]["damaged"]) == 3
     assert not (run.path / "summary.parquet").exists()  # it summarized the run before the damage
 
@@ -321,9 +373,11 @@ def test_results_store_and_summary_share_the_schema_module_without_importing_eac
     import harness.store
     import harness.summary
 
-    for module, forbidden in ((harness.store, {"harness.results"}),
-                              (harness.summary, {"harness.results", "harness.store"}),
-                              (harness.schema, {"harness.results", "harness.store", "harness.summary"})):
+    for module, forbidden in (
+        (harness.store, {"harness.results"}),
+        (harness.summary, {"harness.results", "harness.store"}),
+        (harness.schema, {"harness.results", "harness.store", "harness.summary"}),
+    ):
         tree = ast.parse(inspect.getsource(module))
         imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}

@@ -22,12 +22,23 @@ def summary(tmp_path_factory) -> list[dict]:
     folder = tmp_path_factory.mktemp("spot")
     torch.manual_seed(0)
     save_spot(SpotNet(SpotConfig(width=16, layers=1, heads=2, ffn=32)), folder, {"provenance": {"target": "a"}})
-    suite = Suite(models=("tiny-random:sdar", "tiny-random:llada"),
-                  proposers=("oracle", "confidence", "confidence-branch", f"spot:{folder}"), limit=3,
-                  temperatures=(0.0, 1.0), budgets=(2, 5), gen_length=16, block_length=8)
+    suite = Suite(
+        models=("tiny-random:sdar", "tiny-random:llada"),
+        proposers=("oracle", "confidence", "confidence-branch", f"spot:{folder}"),
+        limit=3,
+        temperatures=(0.0, 1.0),
+        budgets=(2, 5),
+        gen_length=16,
+        block_length=8,
+    )
     evaluator = Evaluator(suite)
-    rows = [dataclasses.asdict(row) for model in suite.models for sample in get_task("arith").load("test", limit=3)
-            for group in evaluator.evaluate(Unit(model, "arith", (sample,), suite.groups())) for row in group]
+    rows = [
+        dataclasses.asdict(row)
+        for model in suite.models
+        for sample in get_task("arith").load("test", limit=3)
+        for group in evaluator.evaluate(Unit(model, "arith", (sample,), suite.groups()))
+        for row in group
+    ]
     return summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
 
 
@@ -44,8 +55,11 @@ def test_learned_arms_are_compared_with_the_best_baseline_and_every_arm_with_the
     oracle = [r for r in summary if r["proposer"] == "oracle"]
     assert all(r["oracle_fraction"] == 1.0 for r in oracle) and any(r["speedup_nfe"] > 1.5 for r in oracle)
     for learned in (r for r in summary if r["proposer_kind"] == "learned"):
-        cell = {r["proposer"]: r["speedup_nfe"] for r in summary
-                if all(r[k] == learned[k] for k in ("model", "temperature", "budget"))}
+        cell = {
+            r["proposer"]: r["speedup_nfe"]
+            for r in summary
+            if all(r[k] == learned[k] for k in ("model", "temperature", "budget"))
+        }
         best = max(("confidence", "confidence-branch"), key=cell.__getitem__)
         assert learned["best_baseline"] == best
         assert learned["vs_best_baseline"] == pytest.approx(cell[learned["proposer"]] / cell[best])

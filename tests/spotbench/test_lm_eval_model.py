@@ -37,8 +37,25 @@ def gsm8k_config(folder, monkeypatch) -> None:
 @pytest.mark.slow  # two GSM8K prompts decoded twice each, through lm-eval's command line
 def test_gsm8k_through_lm_eval_is_checked_and_logged(tmp_path, monkeypatch) -> None:
     gsm8k_config(tmp_path, monkeypatch)
-    assert main(["lm-eval", "--model", "spotbench", "--model_args", ARGS, "--tasks", "gsm8k_local", "--limit", "2",
-                 "--log_samples", "--output_path", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "lm-eval",
+                "--model",
+                "spotbench",
+                "--model_args",
+                ARGS,
+                "--tasks",
+                "gsm8k_local",
+                "--limit",
+                "2",
+                "--log_samples",
+                "--output_path",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     [results_file] = (tmp_path / "out").glob("*/results_*.json")
     [samples_file] = (tmp_path / "out").glob("*/samples_gsm8k_local_*.jsonl")
     results = json.loads(results_file.read_text())
@@ -81,8 +98,9 @@ def test_a_corrupted_verifier_is_caught(monkeypatch) -> None:
 
     monkeypatch.setattr(pipeline, "speculative_decode", corrupted)
     lm = SpotbenchLM.create_from_arg_string(ARGS, {"device": "cpu"})
-    request = Instance("generate_until", {}, ("Question: What is 2+3?\nAnswer:", {"until": UNTIL}), 0,
-                       ("gsm8k_local", 0, 1))
+    request = Instance(
+        "generate_until", {}, ("Question: What is 2+3?\nAnswer:", {"until": UNTIL}), 0, ("gsm8k_local", 0, 1)
+    )
     lm.generate_until([request])
     info = lm.get_model_info()["spotbench"]
     assert not info["lossless"] and info["exact"] == 0 and info["verdicts"] == {"logic-error": 1}
@@ -107,12 +125,31 @@ def test_unknown_model_args_key_is_one_line() -> None:
 @pytest.mark.slow  # lm-eval prepares the task's data before it builds the model
 def test_spotbench_lm_eval_prints_a_bad_key_as_one_line(capsys, tmp_path, monkeypatch) -> None:
     gsm8k_config(tmp_path, monkeypatch)
-    assert main(["lm-eval", "--model", "spotbench", "--model_args", "model=sdar-a,budgett=8", "--tasks", "gsm8k_local",
-                 "--limit", "1"]) == 2
+    assert (
+        main(
+            [
+                "lm-eval",
+                "--model",
+                "spotbench",
+                "--model_args",
+                "model=sdar-a,budgett=8",
+                "--tasks",
+                "gsm8k_local",
+                "--limit",
+                "1",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
-    assert err.endswith("spotbench: error: spotbench model_args: unknown key 'budgett'; known keys: model, proposer, "
-                        "budget, rule, temperature, seed, gen_length, block_length, mask_id, eos_id, exact, dtype, "
-                        "device\n") and "Traceback" not in err
+    assert (
+        err.endswith(
+            "spotbench: error: spotbench model_args: unknown key 'budgett'; known keys: model, proposer, "
+            "budget, rule, temperature, seed, gen_length, block_length, mask_id, eos_id, exact, dtype, "
+            "device\n"
+        )
+        and "Traceback" not in err
+    )
 
 
 def test_the_model_is_registered_beside_lm_eval_own() -> None:
@@ -133,7 +170,8 @@ def test_loglikelihood_exact_for_ar_refused_for_dlm() -> None:
         dlm.loglikelihood([request("2+3=", "5")])
     ar = SpotbenchLM(model="tiny-random-ar", proposer="prompt-lookup", gen_length="16", block_length="8", device="cpu")
     (whole, _), (first, _), (second, _) = ar.loglikelihood(
-        [request("ab", "cde"), request("ab", "c"), request("abc", "de")])
+        [request("ab", "cde"), request("ab", "c"), request("abc", "de")]
+    )
     assert whole < 0 and whole == pytest.approx(first + second, abs=1e-5)  # the chain rule (float32 logits)
     tokenizer = ar.target.tokenizer
     for context in ("ab", "a", "b", "cd", "hello", "12"):  # one whose greedy next token is a plain character

@@ -14,8 +14,7 @@ def make_tokenizer(chat_template: str | None):
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
     tokenizer.chat_template = chat_template
     return tokenizer
 

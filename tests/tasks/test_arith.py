@@ -4,8 +4,7 @@ from tasks.arith import SPLIT_SIZES
 from tasks.registry import get_task
 
 STEP = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)")
-OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-       "/": lambda a, b: a / b}
+OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b}
 
 
 def test_deterministic_and_splits_disjoint():
@@ -14,8 +13,7 @@ def test_deterministic_and_splits_disjoint():
     assert len(test) == SPLIT_SIZES["test"] and len(train) == SPLIT_SIZES["train"]
     assert not {s.question for s in test} & {s.question for s in train}
     assert len({s.question for s in test}) == len(test)
-    assert [s.question for s in get_task("arith").load("test", limit=50)] == [
-        s.question for s in test[:50]]
+    assert [s.question for s in get_task("arith").load("test", limit=50)] == [s.question for s in test[:50]]
 
 
 def test_every_step_is_exact_and_ends_in_the_answer():

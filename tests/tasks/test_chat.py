@@ -18,8 +18,10 @@ from tasks.base import prompt_ids
 from tasks.chat import Chat
 from tasks.registry import get_task
 
-TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
 SMALL = ["--gen-length", "16", "--block-length", "8", "--budget", "4", "--proposer", "confidence", "--json"]
 
 

@@ -45,8 +45,7 @@ def test_missing_data_is_one_clear_user_error(monkeypatch, tmp_path, name):
 
 
 def test_local_files_load_from_the_given_data_dir(tmp_path):
-    rows = [{"question": f"What is {i} + 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"}
-            for i in range(3)]
+    rows = [{"question": f"What is {i} + 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"} for i in range(3)]
     (tmp_path / "gsm8k_test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     task = get_task("gsm8k")
     task.num_fewshot = 0
@@ -55,8 +54,10 @@ def test_local_files_load_from_the_given_data_dir(tmp_path):
     assert task.data_status(str(tmp_path)).startswith("local ")
 
 
-ROWS = [{"task_id": 1, "text": "café ✓", "test_list": ["assert f(1) == 2", "x"], "level": 3, "score": 0.5},
-        {"task_id": 2, "text": "b", "test_list": [], "level": 4, "score": 1.0}]
+ROWS = [
+    {"task_id": 1, "text": "café ✓", "test_list": ["assert f(1) == 2", "x"], "level": 3, "score": 0.5},
+    {"task_id": 2, "text": "b", "test_list": [], "level": 4, "score": 1.0},
+]
 SOURCE = data.Source("rows.jsonl", "hub/rows", fields=("task_id", "text"))
 
 

@@ -10,8 +10,10 @@ def test_wrong_and_unformatted_answers():
     task = get_task("gsm8k")
     task.num_fewshot = 0
     sample = task.load(limit=1)[0]  # Janet's ducks: 18
-    scores = task.score([sample] * 4, [" 16 - 3 - 4 = 9\n#### 9", " so she makes 18 dollars.",
-                                       " #### 18\n\nQuestion: #### 5", " #### 18"])
+    scores = task.score(
+        [sample] * 4,
+        [" 16 - 3 - 4 = 9\n#### 9", " so she makes 18 dollars.", " #### 18\n\nQuestion: #### 5", " #### 18"],
+    )
     assert [s["correct"] for s in scores] == [False, False, True, True]
     assert [s["flexible"] for s in scores] == [False, True, True, True]
 

@@ -66,10 +66,15 @@ def test_control_a_data_path_relative_to_the_checkout_fails_elsewhere(elsewhere)
 
     folder = elsewhere / "old"
     folder.mkdir()
-    config = (TASKS_DIR / "gsm8k_local.yaml").read_text().replace(
-        "custom_dataset: !function gsm8k_local.load\n",
-        "dataset_kwargs:\n  data_files:\n    train: ../shared/data/gsm8k_train.jsonl\n"
-        "    test: ../shared/data/gsm8k_test.jsonl\n")
+    config = (
+        (TASKS_DIR / "gsm8k_local.yaml")
+        .read_text()
+        .replace(
+            "custom_dataset: !function gsm8k_local.load\n",
+            "dataset_kwargs:\n  data_files:\n    train: ../shared/data/gsm8k_train.jsonl\n"
+            "    test: ../shared/data/gsm8k_test.jsonl\n",
+        )
+    )
     assert yaml.safe_load(config.replace("!function ", ""))["dataset_kwargs"]  # the swap happened
     (folder / "gsm8k_local.yaml").write_text(config)
     with pytest.raises(FileNotFoundError, match=r"shared/data/gsm8k_train.jsonl"):

@@ -48,45 +48,78 @@ def test_a_run_needs_tests():
         sandbox.run([("solution", GOOD)])
 
 
-@pytest.mark.parametrize("value", [
-    "None", "True", "0", "-7", "2**64 + 1", "-(3**5000)", "1.5", "float('inf')", "-0.0", "1 + 2j",
-    "'text'", "b'\\x00\\xff'", "[1, [2, (3, 4)]]", "(1, 'a', None)", "{1, 2}", "frozenset({3})",
-    "{'k': [1], 2: (3,)}", "{(1, 2): {3}}", "int", "str",
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "None",
+        "True",
+        "0",
+        "-7",
+        "2**64 + 1",
+        "-(3**5000)",
+        "1.5",
+        "float('inf')",
+        "-0.0",
+        "1 + 2j",
+        "'text'",
+        "b'\\x00\\xff'",
+        "[1, [2, (3, 4)]]",
+        "(1, 'a', None)",
+        "{1, 2}",
+        "frozenset({3})",
+        "{'k': [1], 2: (3,)}",
+        "{(1, 2): {3}}",
+        "int",
+        "str",
+    ],
+)
 def test_plain_values_cross_exactly(value):
     program = f"VALUE = {value}\ndef echo(x):\n    return x\ndef value():\n    return VALUE\n"
-    tests = (f"expected = {value}\n"
-             "for got in (value(), echo(expected), VALUE):\n"
-             "    assert type(got) is type(expected) and repr(got) == repr(expected)\n")
+    tests = (
+        f"expected = {value}\n"
+        "for got in (value(), echo(expected), VALUE):\n"
+        "    assert type(got) is type(expected) and repr(got) == repr(expected)\n"
+    )
     assert check(program, tests).passed
 
 
 def test_builtin_subclasses_cross_as_their_builtin_value():
-    program = ("import collections\ndef count(xs):\n    return collections.Counter(xs)\n"
-               "Point = collections.namedtuple('Point', 'x y')\n"
-               "def point():\n    return Point(1, 2)\n")
-    tests = ("assert count('abca') == {'a': 2, 'b': 1, 'c': 1}\nassert type(count('a')) is dict\n"
-             "assert point() == (1, 2)\n")
+    program = (
+        "import collections\ndef count(xs):\n    return collections.Counter(xs)\n"
+        "Point = collections.namedtuple('Point', 'x y')\n"
+        "def point():\n    return Point(1, 2)\n"
+    )
+    tests = (
+        "assert count('abca') == {'a': 2, 'b': 1, 'c': 1}\nassert type(count('a')) is dict\nassert point() == (1, 2)\n"
+    )
     assert check(program, tests).passed
 
 
 def test_objects_stay_in_the_program_and_are_used_through_references():
     """MBPP/367's setup builds a tree of the program's Node class and hands it back to it."""
-    program = ("class Node:\n    def __init__(self, v):\n        self.v, self.left = v, None\n"
-               "    def depth(self):\n        return 1 + (self.left.depth() if self.left else 0)\n"
-               "def depth(node):\n    return node.depth()\n")
-    tests = ("root = Node(1)\nroot.left = Node(2)\nroot.left.left = Node(3)\n"
-             "assert depth(root) == 3 and root.depth() == 3 and root.left.v == 2\n"
-             "assert root != Node(1) and root == root\n"
-             "try:\n    bool(root)\nexcept TypeError:\n    pass\nelse:\n    raise AssertionError\n")
+    program = (
+        "class Node:\n    def __init__(self, v):\n        self.v, self.left = v, None\n"
+        "    def depth(self):\n        return 1 + (self.left.depth() if self.left else 0)\n"
+        "def depth(node):\n    return node.depth()\n"
+    )
+    tests = (
+        "root = Node(1)\nroot.left = Node(2)\nroot.left.left = Node(3)\n"
+        "assert depth(root) == 3 and root.depth() == 3 and root.left.v == 2\n"
+        "assert root != Node(1) and root == root\n"
+        "try:\n    bool(root)\nexcept TypeError:\n    pass\nelse:\n    raise AssertionError\n"
+    )
     assert check(program, tests).passed
 
 
 def test_exceptions_cross_by_builtin_type():
-    program = ("class Custom(Exception):\n    pass\ndef bad(kind):\n"
-               "    raise {'value': ValueError('v'), 'custom': Custom('c')}[kind]\n")
-    tests = ("try:\n    bad('value')\nexcept ValueError as e:\n    assert str(e) == 'v'\n"
-             "try:\n    bad('custom')\nexcept Exception as e:\n    assert 'Custom: c' in str(e)\n")
+    program = (
+        "class Custom(Exception):\n    pass\ndef bad(kind):\n"
+        "    raise {'value': ValueError('v'), 'custom': Custom('c')}[kind]\n"
+    )
+    tests = (
+        "try:\n    bad('value')\nexcept ValueError as e:\n    assert str(e) == 'v'\n"
+        "try:\n    bad('custom')\nexcept Exception as e:\n    assert 'Custom: c' in str(e)\n"
+    )
     assert check(program, tests).passed
 
 
@@ -103,17 +136,18 @@ def test_stdlib_modules_of_the_program_are_imported_by_the_judge():
 
 
 def test_writing_inside_its_own_directory_is_allowed():
-    program = GOOD + ("open('scratch.txt', 'w').write('ok')\n"
-                      "assert open('scratch.txt').read() == 'ok'\n")
+    program = GOOD + ("open('scratch.txt', 'w').write('ok')\nassert open('scratch.txt').read() == 'ok'\n")
     assert check(program).passed
 
 
 def test_the_jail_runs_unprivileged_alone_and_offline():
-    program = GOOD + ("import os, socket\nstatus = open('/proc/self/status').read()\n"
-                      "print(os.getuid(), os.getcwd())\nprint(sorted(os.listdir('/')))\n"
-                      "print('|'.join(line for line in status.splitlines()\n"
-                      "               if line.startswith(('CapEff', 'CapBnd', 'NoNewPrivs'))))\n"
-                      "print(socket.if_nameindex())\n")
+    program = GOOD + (
+        "import os, socket\nstatus = open('/proc/self/status').read()\n"
+        "print(os.getuid(), os.getcwd())\nprint(sorted(os.listdir('/')))\n"
+        "print('|'.join(line for line in status.splitlines()\n"
+        "               if line.startswith(('CapEff', 'CapBnd', 'NoNewPrivs'))))\n"
+        "print(socket.if_nameindex())\n"
+    )
     outcome = sandbox.run([("solution", program), ("tests", TESTS)], FAST, audit_hook=False)
     assert outcome.passed, outcome.stderr
     ids, root, caps, links = outcome.stdout.splitlines()
@@ -121,16 +155,28 @@ def test_the_jail_runs_unprivileged_alone_and_offline():
     assert int(uid) != 0 and cwd == sandbox.work_dir()
     python_trees = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     bound_tops = {Path(tree).parts[1] for tree in python_trees}  # wherever the venv was cloned
-    assert set(eval(root)) <= {"bin", "dev", "lib", "lib32", "lib64", "libx32", "proc", "sbin",
-                               "spotbench", "tmp", "usr", *bound_tops}
-    assert caps.split("|") == ["CapEff:\t0000000000000000", "CapBnd:\t0000000000000000",
-                               "NoNewPrivs:\t1"]
+    assert set(eval(root)) <= {
+        "bin",
+        "dev",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "proc",
+        "sbin",
+        "spotbench",
+        "tmp",
+        "usr",
+        *bound_tops,
+    }
+    assert caps.split("|") == ["CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"]
     assert links == "[(1, 'lo')]"
 
 
 def test_run_many_keeps_order_and_bounds_parallelism():
-    programs = [[("solution", f"import time\ntime.sleep(0.4)\nX = {i}\n"),
-                 ("tests", "assert X != 2\n")] for i in range(4)]
+    programs = [
+        [("solution", f"import time\ntime.sleep(0.4)\nX = {i}\n"), ("tests", "assert X != 2\n")] for i in range(4)
+    ]
     start = time.monotonic()
     outcomes = sandbox.run_many(programs, FAST, workers=2)
     assert [o.passed for o in outcomes] == [True, True, False, True]
@@ -139,8 +185,15 @@ def test_run_many_keeps_order_and_bounds_parallelism():
 
 def test_the_command_names_every_part_of_the_boundary():
     command = sandbox.jail_command("program", sandbox.UID_BASE, FAST)
-    for flag in ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent",
-                 "--new-session", "--clearenv", "--tmpfs"):
+    for flag in (
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--tmpfs",
+    ):
         assert flag in command
     if os.geteuid() == 0:
         assert f"--reuid={sandbox.UID_BASE}" in command and "--bounding-set=-all" in command
@@ -175,13 +228,22 @@ def test_a_non_root_harness_jails_through_a_user_namespace():
     root, tree = Path(sandbox.__file__).resolve().parents[1], Path(tempfile.mkdtemp())
     try:
         tree.chmod(0o755)
-        for name in ("tasks/__init__.py", "tasks/sandbox.py", "tasks/sandbox_child.py",
-                     "harness/__init__.py", "harness/errors.py"):
+        for name in (
+            "tasks/__init__.py",
+            "tasks/sandbox.py",
+            "tasks/sandbox_child.py",
+            "harness/__init__.py",
+            "harness/errors.py",
+        ):
             (tree / name).parent.mkdir(exist_ok=True)
             shutil.copy(root / name, tree / name)
         code = NON_ROOT_SCORER.format(tree=str(tree), tests=TESTS)
-        done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                               python, "-c", code], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         shutil.rmtree(tree)
     assert done.stdout.split() == ["True", "65534"], done.stderr

@@ -64,10 +64,8 @@ def tmp_venv():
 
 @pytest.mark.parametrize("old_order", [False, True])
 def test_a_python_installed_under_tmp_scores_in_the_jail(tmp_venv, old_order):
-    code = UNDER_TMP_SCORER.format(root=str(ROOT), old_order=old_order, good=GOOD, wrong=WRONG,
-                                   tests=TESTS)
-    done = subprocess.run([str(tmp_venv), "-I", "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    code = UNDER_TMP_SCORER.format(root=str(ROOT), old_order=old_order, good=GOOD, wrong=WRONG, tests=TESTS)
+    done = subprocess.run([str(tmp_venv), "-I", "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     (right, right_err), (wrong, wrong_err) = (line.split(" ", 1) for line in done.stdout.splitlines())
     if old_order:  # negative control: the test does put the interpreter where /tmp hid it
@@ -96,15 +94,19 @@ def test_a_python_tree_that_would_hide_the_jails_tmp_is_refused(monkeypatch):
 
 # ---- each jail its own uid: another scorer's fork bomb cannot starve a correct program ----
 
-THREAD_BOMB = ("import threading, time\n" + GOOD + "threading.stack_size(1 << 16)\n"
-               "while True:\n    try:\n"
-               "        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
-               "    except (RuntimeError, MemoryError):  # out of tasks, or of address space\n"
-               "        time.sleep(0.01)\n")
-THREADED_GOOD = ("import threading\ndef add(a, b):\n    out = []\n"
-                 "    threads = [threading.Thread(target=out.append, args=(i,)) for i in range(4)]\n"
-                 "    for t in threads:\n        t.start()\n    for t in threads:\n        t.join()\n"
-                 "    return a + b\n")
+THREAD_BOMB = (
+    "import threading, time\n" + GOOD + "threading.stack_size(1 << 16)\n"
+    "while True:\n    try:\n"
+    "        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    "    except (RuntimeError, MemoryError):  # out of tasks, or of address space\n"
+    "        time.sleep(0.01)\n"
+)
+THREADED_GOOD = (
+    "import threading\ndef add(a, b):\n    out = []\n"
+    "    threads = [threading.Thread(target=out.append, args=(i,)) for i in range(4)]\n"
+    "    for t in threads:\n        t.start()\n    for t in threads:\n        t.join()\n"
+    "    return a + b\n"
+)
 SCORER = """
 import sys
 sys.path.insert(0, {root!r})
@@ -164,10 +166,14 @@ def test_a_fork_bomb_in_one_scorer_does_not_fail_a_correct_program_in_another(sh
 def test_scorer_processes_lease_different_uids():
     if os.geteuid() != 0:
         pytest.skip("uids are leased under a root harness only")
-    code = (f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom tasks import sandbox\n"
-            "print(sandbox.slot_uid(0), sandbox.slot_uid(1), flush=True)\nsys.stdin.read()\n")
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    code = (
+        f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom tasks import sandbox\n"
+        "print(sandbox.slot_uid(0), sandbox.slot_uid(1), flush=True)\nsys.stdin.read()\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     try:
         uids = [int(u) for p in procs for u in p.stdout.readline().split()]
     finally:
@@ -179,9 +185,9 @@ def test_scorer_processes_lease_different_uids():
 
 # ---- a correct program is judged by its answers, not by the machine ----
 
+
 def test_a_correct_program_may_remove_its_own_working_directory():
-    program = ("import os, shutil\nWHERE = os.getcwd()\nshutil.rmtree(WHERE)\n"
-               "GONE = not os.path.exists(WHERE)\n" + GOOD)
+    program = "import os, shutil\nWHERE = os.getcwd()\nshutil.rmtree(WHERE)\nGONE = not os.path.exists(WHERE)\n" + GOOD
     outcome = check(program, tests=TESTS + "assert GONE and WHERE.startswith('/tmp/')\n")
     assert outcome.status == "passed", outcome.stderr
     # control: removing what the jail does not own still fails the program
@@ -189,8 +195,7 @@ def test_a_correct_program_may_remove_its_own_working_directory():
 
 
 def burn(seconds: float) -> str:
-    return (f"import time\nstart = time.process_time()\n"
-            f"while time.process_time() - start < {seconds}:\n    pass\n")
+    return f"import time\nstart = time.process_time()\nwhile time.process_time() - start < {seconds}:\n    pass\n"
 
 
 @pytest.mark.slow
@@ -223,6 +228,7 @@ def test_a_timeout_is_a_timeout_not_a_failed_test():
 
 
 # ---- a jail that cannot score is refused before it scores ----
+
 
 @pytest.fixture
 def unchecked(monkeypatch):
@@ -269,16 +275,27 @@ def test_tasks_check_exits_2_naming_the_jails_error(broken_bwrap, capsys):
     assert "No permissions to create new namespace" in error and "\n" not in error
 
 
-def test_a_run_of_a_code_task_is_refused_before_ray_starts(broken_bwrap, capsys, monkeypatch,
-                                                             tmp_path):
+def test_a_run_of_a_code_task_is_refused_before_ray_starts(broken_bwrap, capsys, monkeypatch, tmp_path):
     import cluster.runner
 
     def no_ray(*args, **kwargs):
         raise AssertionError("the run started")
 
     monkeypatch.setattr(cluster.runner, "run_suite", no_ray)
-    argv = ["run", "--models", "tiny-random:llada", "--proposers", "confidence", "--budgets", "2",
-            "--limit", "1", "--output", str(tmp_path / "run"), "--no-progress"]
+    argv = [
+        "run",
+        "--models",
+        "tiny-random:llada",
+        "--proposers",
+        "confidence",
+        "--budgets",
+        "2",
+        "--limit",
+        "1",
+        "--output",
+        str(tmp_path / "run"),
+        "--no-progress",
+    ]
     assert main([*argv, "--tasks", "humaneval"]) == 2
     error = capsys.readouterr().err.strip()
     assert "code sandbox does not work" in error and "\n" not in error

@@ -56,8 +56,10 @@ OUTSIDE_WRITES = [
     "import os\nos.chdir(os.path.dirname({p!r}))\nopen('canary.txt', 'w').write('dead')",
     "import os\nos.chmod({p!r}, 0)",
     "import pathlib\npathlib.Path({p!r}).write_text('dead')",
-    ("import os\nfd = os.open(os.path.dirname({p!r}), os.O_RDONLY)\n"
-     "os.close(os.open('canary.txt', os.O_WRONLY | os.O_TRUNC, dir_fd=fd))"),
+    (
+        "import os\nfd = os.open(os.path.dirname({p!r}), os.O_RDONLY)\n"
+        "os.close(os.open('canary.txt', os.O_WRONLY | os.O_TRUNC, dir_fd=fd))"
+    ),
     "import os\nos.chmod(os.open({p!r}, os.O_RDONLY), 0)",
     "import os\nos.utime(os.open({p!r}, os.O_RDONLY), (0, 0))",
     "import os\nos.truncate(os.open({p!r}, os.O_WRONLY), 0)",
@@ -88,8 +90,7 @@ def test_write_outside_is_contained(canary, attack, hook):
 @pytest.mark.parametrize("attack", OUTSIDE_WRITES)
 def test_control_write_outside_gets_out_unjailed(canary, attack, tmp_path):
     before = state(canary)
-    subprocess.run([sys.executable, "-c", attack.format(p=str(canary))], cwd=tmp_path,
-                   capture_output=True, timeout=30)
+    subprocess.run([sys.executable, "-c", attack.format(p=str(canary))], cwd=tmp_path, capture_output=True, timeout=30)
     assert state(canary) != before
 
 
@@ -111,8 +112,7 @@ def times(file):
 
 @pytest.mark.parametrize("attack", VISIBLE_READ_ONLY)
 def test_visible_host_files_are_read_only(attack, hook):
-    program = (f"{VISIBLE}\ntry:\n{textwrap.indent(attack, '    ')}\n    print('ESCAPED')\n"
-               "except OSError:\n    pass\n")
+    program = f"{VISIBLE}\ntry:\n{textwrap.indent(attack, '    ')}\n    print('ESCAPED')\nexcept OSError:\n    pass\n"
     outcome = jailed(GOOD + program, hook)
     assert outcome.passed and "ESCAPED" not in outcome.stdout
 
@@ -122,8 +122,7 @@ def test_control_visible_host_files_are_writable_unjailed(attack):
     if os.geteuid() != 0:
         pytest.skip("the harness is not root, so these files are read-only to it too")
     program = f"{VISIBLE}\n{attack}\nprint('ESCAPED')\n"
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                          timeout=30)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=30)
     assert "ESCAPED" in done.stdout
 
 
@@ -131,8 +130,7 @@ SECRET_READS = {  # attack: whether it reads the secret when run unjailed (the c
     "print(dict(os.environ))": True,
     "print(open('/proc/{pid}/environ').read())": True,
     "print(open('/proc/1/environ').read())": False,
-    "fd = os.open('/proc', os.O_RDONLY)\n"
-    "print(os.read(os.open('{pid}/environ', os.O_RDONLY, dir_fd=fd), 99999))": True,
+    "fd = os.open('/proc', os.O_RDONLY)\nprint(os.read(os.open('{pid}/environ', os.O_RDONLY, dir_fd=fd), 99999))": True,
     "fd = os.open('/', os.O_RDONLY)\n"
     "print(os.read(os.open('proc/{pid}/environ', os.O_RDONLY, dir_fd=fd), 99999))": True,
     "print([open(f'/proc/{{p}}/environ').read() for p in os.listdir('/proc') if p != 'self'\n"
@@ -161,10 +159,20 @@ def scorer_output(attack: str, jail: bool, hook: bool, tmp_path: Path) -> tuple[
     path = tmp_path / "secret.txt"
     path.write_text(secret)
     path.chmod(0o600)
-    code = SECRET_SCORER.format(root=str(Path(sandbox.__file__).resolve().parents[1]),
-                                attack=attack, secret_file=str(path), jail=jail, hook=hook)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "SPOTBENCH_TEST_SECRET": secret})
+    code = SECRET_SCORER.format(
+        root=str(Path(sandbox.__file__).resolve().parents[1]),
+        attack=attack,
+        secret_file=str(path),
+        jail=jail,
+        hook=hook,
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SPOTBENCH_TEST_SECRET": secret},
+    )
     assert done.returncode == 0, done.stderr
     return secret, done.stdout
 
@@ -203,8 +211,9 @@ def test_immutable_flag_leaves_nothing_undeletable(hook):
 def test_control_immutable_flag_pins_a_directory_unjailed(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("only root may set the immutable flag")
-    done = subprocess.run([sys.executable, "-c", IMMUTABLE.format(target=str(tmp_path))],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-c", IMMUTABLE.format(target=str(tmp_path))], capture_output=True, text=True, timeout=30
+    )
     if "ESCAPED" not in done.stdout:
         pytest.skip(f"this file system has no immutable flag: {done.stderr[-200:]}")
     pinned = os.open(tmp_path / "pinned", os.O_RDONLY)
@@ -245,8 +254,9 @@ def test_process_module_loaded_again_gives_no_root_shell(canary, hook):
 
 
 def test_control_process_module_loaded_again_gives_a_shell_unjailed(canary):
-    done = subprocess.run([sys.executable, "-c", ROOT_SHELL.format(p=canary)], capture_output=True,
-                          text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-c", ROOT_SHELL.format(p=canary)], capture_output=True, text=True, timeout=30
+    )
     assert f"uid {os.geteuid()}" in done.stdout and canary.read_text() == "dead\n"
 
 
@@ -278,13 +288,11 @@ def marker() -> str:
 
 SURVIVORS = {  # name: program that tries to leave `sleep MARKER` running
     "os.system in the background": "import os\nos.system('sleep {m} &')\n",
-    "subprocess, new session":
-        "import subprocess\nsubprocess.Popen(['sleep', '{m}'], start_new_session=True)\n",
-    "double fork and setsid":
-        "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-        "        os.execvp('sleep', ['sleep', '{m}'])\n    os._exit(0)\n",
+    "subprocess, new session": "import subprocess\nsubprocess.Popen(['sleep', '{m}'], start_new_session=True)\n",
+    "double fork and setsid": "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+    "        os.execvp('sleep', ['sleep', '{m}'])\n    os._exit(0)\n",
     "multiprocessing": "import multiprocessing, os\nmultiprocessing.Process(target=os.execvp, "
-                       "args=('sleep', ['sleep', '{m}'])).start()\n",
+    "args=('sleep', ['sleep', '{m}'])).start()\n",
 }
 
 
@@ -336,10 +344,16 @@ def test_control_a_plain_child_survives_a_sigkilled_scorer():
     assert survivors
 
 
-@pytest.mark.parametrize("attack", [
-    "os.kill(os.getppid(), 9)", "os.kill({harness}, 9)", "os.killpg(0, 9)", "os.kill(1, 9)",
-    "[os.kill(int(p), 9) for p in os.listdir('/proc')[::-1] if p.isdigit()]",
-])
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "os.kill(os.getppid(), 9)",
+        "os.kill({harness}, 9)",
+        "os.killpg(0, 9)",
+        "os.kill(1, 9)",
+        "[os.kill(int(p), 9) for p in os.listdir('/proc')[::-1] if p.isdigit()]",
+    ],
+)
 def test_killing_the_harness_fails_and_the_harness_survives(attack, hook):
     harness = os.getpid()
     outcome = jailed(GOOD + f"import os\n{attack.format(harness=harness)}\n", hook)
@@ -349,8 +363,7 @@ def test_killing_the_harness_fails_and_the_harness_survives(attack, hook):
 def test_control_a_child_can_kill_its_parent_unjailed():
     child = "import os; os.kill(os.getppid(), 9)"
     code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {child!r}])\nprint(1)"
-    parent = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=30)
+    parent = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert parent.returncode == -signal.SIGKILL and parent.stdout == ""
 
 

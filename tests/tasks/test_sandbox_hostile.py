@@ -23,11 +23,12 @@ from tasks.sandbox import Limits
 GOOD = "def add(a, b):\n    return a + b\n"
 WRONG_TESTS = "assert add(1, 2) == 999\n"  # an honest program fails these
 HUMANEVAL_TESTS = "def check(candidate):\n    assert candidate(1, 2) == 999\n\ncheck(add)\n"
-HUMANEVAL_ABS_TESTS = ("def check(candidate):\n    assert candidate(0.0, 0.0) == 0.0\n"
-                       "    assert abs(candidate(1.5, 1.0) - 99.0) < 1e-6\n\ncheck(add)\n")
+HUMANEVAL_ABS_TESTS = (
+    "def check(candidate):\n    assert candidate(0.0, 0.0) == 0.0\n"
+    "    assert abs(candidate(1.5, 1.0) - 99.0) < 1e-6\n\ncheck(add)\n"
+)
 FAST = Limits(wall_s=3.0)
-ALWAYS_EQUAL = ("class Anything:\n    def __eq__(self, other):\n        return True\n"
-                "    __hash__ = object.__hash__\n")
+ALWAYS_EQUAL = "class Anything:\n    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\n"
 FRAME_WALK = """
 import gc, os, re, sys
 texts, frame = [], sys._getframe()
@@ -50,51 +51,70 @@ FALSE_PASSES = {  # name: (program, tests, the naive checker it fools or None)
     "os._exit(0) before the tests": (GOOD + "import os\nos._exit(0)\n", WRONG_TESTS, "status"),
     "raise SystemExit": (GOOD + "raise SystemExit\n", WRONG_TESTS, "status"),
     "exit()": (GOOD + "exit()\n", WRONG_TESTS, "status"),
-    "atexit os._exit(0)": (GOOD + "import atexit, os\natexit.register(lambda: os._exit(0))\n",
-                           WRONG_TESTS, "status"),
+    "atexit os._exit(0)": (GOOD + "import atexit, os\natexit.register(lambda: os._exit(0))\n", WRONG_TESTS, "status"),
     "AssertionError replaced": (
         GOOD + "import builtins\nbuiltins.AssertionError = type('Quiet', (Exception,), {})\n",
-        WRONG_TESTS, None),
-    "sys.excepthook silenced": (GOOD + "import sys\nsys.excepthook = lambda *a: None\n",
-                                WRONG_TESTS, None),
+        WRONG_TESTS,
+        None,
+    ),
+    "sys.excepthook silenced": (GOOD + "import sys\nsys.excepthook = lambda *a: None\n", WRONG_TESTS, None),
     "sys.settrace": (GOOD + "import sys\nsys.settrace(lambda *a: None)\n", WRONG_TESTS, None),
     "fake nonce line": (GOOD + "print('\\n' + 'f' * 32)\n", WRONG_TESTS, None),
     "tests swallowed into a string": (GOOD + 'x = """\n', WRONG_TESTS + '"""\n', "status"),
     "nonce read from the launcher's frame": (GOOD + FRAME_WALK, WRONG_TESTS, "nonce"),
-    "always-equal object (MBPP)": (ALWAYS_EQUAL + "def add(a, b):\n    return Anything()\n",
-                                   WRONG_TESTS, "nonce"),
-    "always-equal object (HumanEval)": (ALWAYS_EQUAL + "def add(a, b):\n    return Anything()\n",
-                                        HUMANEVAL_TESTS, "nonce"),
-    "always-equal object in a list": (ALWAYS_EQUAL + "def add(a, b):\n    return Anything()\n",
-                                      "assert [add(1, 2)] == [999]\n", "nonce"),
+    "always-equal object (MBPP)": (ALWAYS_EQUAL + "def add(a, b):\n    return Anything()\n", WRONG_TESTS, "nonce"),
+    "always-equal object (HumanEval)": (
+        ALWAYS_EQUAL + "def add(a, b):\n    return Anything()\n",
+        HUMANEVAL_TESTS,
+        "nonce",
+    ),
+    "always-equal object in a list": (
+        ALWAYS_EQUAL + "def add(a, b):\n    return Anything()\n",
+        "assert [add(1, 2)] == [999]\n",
+        "nonce",
+    ),
     "int subclass equal to anything": (
-        ("class Int(int):\n    def __eq__(self, other):\n        return True\n"
-         "    __hash__ = int.__hash__\ndef add(a, b):\n    return Int(0)\n"), WRONG_TESTS, "nonce"),
-    "builtins.abs replaced (HumanEval)": ("import builtins\nbuiltins.abs = lambda x: 0\n" + GOOD,
-                                          HUMANEVAL_ABS_TESTS, "nonce"),
-    "abs shadowed at module level (HumanEval)": (GOOD + "abs = lambda x: 0\n", HUMANEVAL_ABS_TESTS,
-                                                 "nonce"),
+        (
+            "class Int(int):\n    def __eq__(self, other):\n        return True\n"
+            "    __hash__ = int.__hash__\ndef add(a, b):\n    return Int(0)\n"
+        ),
+        WRONG_TESTS,
+        "nonce",
+    ),
+    "builtins.abs replaced (HumanEval)": (
+        "import builtins\nbuiltins.abs = lambda x: 0\n" + GOOD,
+        HUMANEVAL_ABS_TESTS,
+        "nonce",
+    ),
+    "abs shadowed at module level (HumanEval)": (GOOD + "abs = lambda x: 0\n", HUMANEVAL_ABS_TESTS, "nonce"),
     "abs rebound from inside the function (HumanEval)": (
         "def add(a, b):\n    global abs\n    abs = lambda x: 0\n    return a + b\n",
-        HUMANEVAL_ABS_TESTS, "nonce"),
+        HUMANEVAL_ABS_TESTS,
+        "nonce",
+    ),
     "sorted shadowed next to the function under test": (
-        GOOD + "def sorted(x):\n    return 0\n", "assert sorted([add(1, 2)]) == sorted([999])\n",
-        "nonce"),
-    "math.isclose rigged": (GOOD + "import math\nmath.isclose = lambda *a, **k: True\n",
-                            "import math\nassert math.isclose(add(1, 2), 999)\n", "nonce"),
-    "SystemExit inside the function under test": ("def add(a, b):\n    raise SystemExit(0)\n",
-                                                  CAUGHT_TESTS, "status"),
-    "dying inside the function under test": ("import os\ndef add(a, b):\n    os._exit(0)\n",
-                                             CAUGHT_TESTS, "status"),
+        GOOD + "def sorted(x):\n    return 0\n",
+        "assert sorted([add(1, 2)]) == sorted([999])\n",
+        "nonce",
+    ),
+    "math.isclose rigged": (
+        GOOD + "import math\nmath.isclose = lambda *a, **k: True\n",
+        "import math\nassert math.isclose(add(1, 2), 999)\n",
+        "nonce",
+    ),
+    "SystemExit inside the function under test": ("def add(a, b):\n    raise SystemExit(0)\n", CAUGHT_TESTS, "status"),
+    "dying inside the function under test": ("import os\ndef add(a, b):\n    os._exit(0)\n", CAUGHT_TESTS, "status"),
     "forged verdict and replies on every descriptor": (
         GOOD + "import os\nfor fd in range(1, 64):\n    try:\n"
-        "        os.write(fd, b'pass\\n{\"ok\": 999}\\n{\"ok\": 999}\\n')\n"
-        "    except OSError:\n        pass\n", WRONG_TESTS, None),
+        '        os.write(fd, b\'pass\\n{"ok": 999}\\n{"ok": 999}\\n\')\n'
+        "    except OSError:\n        pass\n",
+        WRONG_TESTS,
+        None,
+    ),
 }
 
 
-def jailed(program: str, tests: str = WRONG_TESTS, hook: bool = True,
-           limits: Limits = FAST) -> sandbox.Outcome:
+def jailed(program: str, tests: str = WRONG_TESTS, hook: bool = True, limits: Limits = FAST) -> sandbox.Outcome:
     return sandbox.run([("solution", program), ("tests", tests)], limits, audit_hook=hook)
 
 
@@ -103,8 +123,7 @@ def naive_passes(program: str, tests: str, checker: str) -> bool:
     tests run as one script; 'nonce' also needs a random nonce, which it holds in a local, printed
     after the tests (the previous design of this sandbox)."""
     if checker == "status":
-        done = subprocess.run([sys.executable, "-c", program + tests], capture_output=True,
-                              timeout=30)
+        done = subprocess.run([sys.executable, "-c", program + tests], capture_output=True, timeout=30)
         return done.returncode == 0
     launcher = textwrap.dedent("""
         import sys
@@ -117,8 +136,13 @@ def naive_passes(program: str, tests: str, checker: str) -> bool:
         main()
     """)
     nonce = os.urandom(16).hex()
-    done = subprocess.run([sys.executable, "-c", launcher], input=f"{nonce}\0{program}\0{tests}",
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-c", launcher],
+        input=f"{nonce}\0{program}\0{tests}",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     return done.returncode == 0 and done.stdout.endswith(f"\n{nonce}\n")
 
 
@@ -175,15 +199,19 @@ def test_control_helper_rigged_by_the_completion_passes_with_the_programs_helper
 HONEST_TESTS = "assert add(1, 2) == 3\n"
 
 
-@pytest.mark.parametrize("bomb", [
-    "import os\nwhile True:\n    os.fork()",
-    "import subprocess\nwhile True:\n    subprocess.Popen(['sleep', '9'])",
-    ("import multiprocessing, time\nwhile True:\n"
-     "    multiprocessing.Process(target=time.sleep, args=(9,)).start()"),
-    "import _posixsubprocess\n_posixsubprocess.fork_exec()",
-    ("import threading, time\nwhile True:\n"
-     "    threading.Thread(target=time.sleep, args=(9,)).start()"),
-])
+@pytest.mark.parametrize(
+    "bomb",
+    [
+        "import os\nwhile True:\n    os.fork()",
+        "import subprocess\nwhile True:\n    subprocess.Popen(['sleep', '9'])",
+        (
+            "import multiprocessing, time\nwhile True:\n"
+            "    multiprocessing.Process(target=time.sleep, args=(9,)).start()"
+        ),
+        "import _posixsubprocess\n_posixsubprocess.fork_exec()",
+        ("import threading, time\nwhile True:\n    threading.Thread(target=time.sleep, args=(9,)).start()"),
+    ],
+)
 def test_fork_bomb_is_contained(bomb, hook):
     outcome = jailed(GOOD + bomb + "\n", HONEST_TESTS, hook)
     assert not outcome.passed and outcome.wall_s < 3.5
@@ -196,8 +224,9 @@ def test_filling_the_work_dir_stops_at_its_size(hook):
 
 
 def test_memory_bomb_fails(hook):
-    outcome = jailed(GOOD + "chunks = []\nwhile True:\n    chunks.append(bytearray(10**8))\n",
-                     HONEST_TESTS, hook, Limits(cpu_s=3))  # CPU decides: a loaded machine is slow
+    outcome = jailed(
+        GOOD + "chunks = []\nwhile True:\n    chunks.append(bytearray(10**8))\n", HONEST_TESTS, hook, Limits(cpu_s=3)
+    )  # CPU decides: a loaded machine is slow
     assert not outcome.passed and "MemoryError" in outcome.stderr
 
 

@@ -27,8 +27,9 @@ def test_check_reports_each_task_as_json(capsys):
 
 
 def test_check_fails_when_a_scorer_rejects_gold_answers(capsys, monkeypatch):
-    monkeypatch.setattr(Arith, "score", lambda self, samples, completions: [
-        {"correct": i % 2 == 0} for i in range(len(samples))])
+    monkeypatch.setattr(
+        Arith, "score", lambda self, samples, completions: [{"correct": i % 2 == 0} for i in range(len(samples))]
+    )
     assert main(["tasks", "check", "arith", "--limit", "10"]) == 1
     out = capsys.readouterr().out
     assert "5/10 passed  FAIL" in out and "test/1 test/3" in out
@@ -38,8 +39,7 @@ def test_check_fails_when_every_checked_sample_fails(capsys, monkeypatch):
     """A task's allowed failures are a share of what was checked: none of a few (MBPP allows 1%)."""
     from tasks.mbpp import MBPP
 
-    monkeypatch.setattr(MBPP, "score", lambda self, samples, completions: [
-        {"correct": False} for _ in samples])
+    monkeypatch.setattr(MBPP, "score", lambda self, samples, completions: [{"correct": False} for _ in samples])
     assert main(["tasks", "check", "mbpp", "--limit", "3"]) == 1
     assert "0/3 passed  FAIL" in capsys.readouterr().out
 

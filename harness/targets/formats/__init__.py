@@ -27,6 +27,5 @@ def detect_format(raw: dict[str, Any], path: Path) -> CheckpointFormat:
         if model_type is None and any(a in fmt.architectures for a in architectures):
             return fmt
     known = ", ".join(f"{t!r} ({f.family})" for f in FORMATS.values() for t in f.model_types)
-    found = (f"model_type={model_type!r}" if model_type is not None
-             else f"architectures={architectures!r}")
+    found = f"model_type={model_type!r}" if model_type is not None else f"architectures={architectures!r}"
     raise UserError(f"{path}: unknown target family ({found}); spotbench reads model_type {known}")

@@ -42,14 +42,15 @@ def read_config(c: ConfigReader) -> ModelConfig:
             first_k_dense_replace=c.integer("first_k_dense_replace", 0),
         )
         if moe.n_group == 0 or moe.num_experts % moe.n_group or moe.topk_group > moe.n_group:
-            c.fail(f"num_experts={moe.num_experts}, n_group={moe.n_group}, topk_group="
-                   f"{moe.topk_group} do not form equal expert groups")
+            c.fail(
+                f"num_experts={moe.num_experts}, n_group={moe.n_group}, topk_group="
+                f"{moe.topk_group} do not form equal expert groups"
+            )
     dense_layers = c.integer("num_hidden_layers") if moe is None else moe.first_k_dense_replace
     return ModelConfig(
         vocab_size=c.integer("vocab_size"),
         hidden_size=hidden,
-        intermediate_size=c.integer("intermediate_size") if dense_layers
-        else c.optional_int("intermediate_size") or 0,
+        intermediate_size=c.integer("intermediate_size") if dense_layers else c.optional_int("intermediate_size") or 0,
         num_layers=c.integer("num_hidden_layers"),
         num_heads=heads,
         num_kv_heads=c.integer("num_key_value_heads"),
@@ -134,6 +135,4 @@ def tensor_map(cfg: ModelConfig) -> TensorMap:
     return names
 
 
-LLADA2 = CheckpointFormat(
-    "llada2", ("llada2_moe",), ("LLaDA2MoeModelLM",), read_config, write_config, tensor_map
-)
+LLADA2 = CheckpointFormat("llada2", ("llada2_moe",), ("LLaDA2MoeModelLM",), read_config, write_config, tensor_map)

@@ -72,8 +72,12 @@ def write_dream(cfg: ModelConfig) -> dict[str, Any]:
 
 
 def write_sdar(cfg: ModelConfig) -> dict[str, Any]:
-    return {"architectures": ["SDARForCausalLM"], "model_type": "sdar", "attention_bias": False,
-            "head_dim": cfg.head_dim} | _write_common(cfg)
+    return {
+        "architectures": ["SDARForCausalLM"],
+        "model_type": "sdar",
+        "attention_bias": False,
+        "head_dim": cfg.head_dim,
+    } | _write_common(cfg)
 
 
 def tensor_map(cfg: ModelConfig) -> TensorMap:

@@ -12,8 +12,7 @@ class MathEquivalence(evaluate.Metric):
     def _info(self):
         return evaluate.MetricInfo(
             description=__doc__,
-            citation="Hendrycks et al., Measuring Mathematical Problem Solving With the MATH "
-            "Dataset, 2021",
+            citation="Hendrycks et al., Measuring Mathematical Problem Solving With the MATH Dataset, 2021",
             inputs_description="predictions: completions; references: gold answers (LaTeX)",
             features=datasets.Features(
                 {"predictions": datasets.Value("string"), "references": datasets.Value("string")}

@@ -41,9 +41,21 @@ def tiny_vocab(seed: int, scale: float = 1.0) -> ARTarget:
     end-of-sequence token (id V is never sampled), so every generation has gen_length tokens."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=1, head_dim=8, max_position_embeddings=64, initializer_range=scale,
-                         bos_token_id=None, eos_token_id=None, pad_token_id=None, tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=V,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=64,
+        initializer_range=scale,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config).double()
@@ -89,8 +101,10 @@ class SmallModel:
 def exact_law(target: ARTarget, length: int) -> dict[tuple[int, ...], float]:
     """P(x_1..x_length) under plain sampling at T=1, by enumeration."""
     after = functools.cache(lambda prefix: next_distribution(target, PROMPT + list(prefix)))
-    return {tokens: float(torch.prod(torch.stack([after(tokens[:i])[t] for i, t in enumerate(tokens)])))
-            for tokens in itertools.product(range(V), repeat=length)}
+    return {
+        tokens: float(torch.prod(torch.stack([after(tokens[:i])[t] for i, t in enumerate(tokens)])))
+        for tokens in itertools.product(range(V), repeat=length)
+    }
 
 
 def p_value(counts: dict[tuple[int, ...], int], law: dict[tuple[int, ...], float]) -> float:
@@ -124,8 +138,11 @@ def one_step_counts(p: torch.Tensor, q: torch.Tensor, seeds: int) -> dict[tuple[
     for seed in range(seeds):
         draft = int((q.log() + StreamNoise(seed, V, DRAFT_STREAM)(0)[0]).argmax())
         noise = StreamNoise(seed, V, 0)(0)[0]
-        token = draft if ar_rejection.accepts(float(p[draft]), float(q[draft]), acceptance_uniform(seed, 0)) \
+        token = (
+            draft
+            if ar_rejection.accepts(float(p[draft]), float(q[draft]), acceptance_uniform(seed, 0))
             else ar_rejection.residual_token(p, q, noise)
+        )
         counts[(token,)] = counts.get((token,), 0) + 1
     return counts
 

@@ -24,8 +24,7 @@ from harness.targets.registry import load_target
 from proposers import build_proposer
 from proposers.registry import proposers_for
 
-PROMPTS = [list(b"The quick brown fox jumps over the lazy dog. The quick brown"), list(b"hi"),
-           list(b"abcabcabcabc")]
+PROMPTS = [list(b"The quick brown fox jumps over the lazy dog. The quick brown"), list(b"hi"), list(b"abcabcabcabc")]
 
 
 @functools.cache
@@ -53,8 +52,11 @@ class RandomTree:
             parent = self.random.randrange(j + 1)
             depth = depths[parent] + 1
             index = done + depth - 1
-            token = self.truth[index] if index < len(self.truth) and self.random.random() < self.hit \
+            token = (
+                self.truth[index]
+                if index < len(self.truth) and self.random.random() < self.hit
                 else self.random.randrange(259)
+            )
             nodes.append(DraftNode(parent, Transition((depth - 1,), (token,))))
             depths.append(depth)
         return DraftTree(tuple(nodes))
@@ -73,8 +75,9 @@ def check_accounting(spec: Generation) -> None:
 def test_plain_at_t0_is_transformers_greedy_generate(prompt):
     tiny = target(False)
     ids = torch.tensor([PROMPTS[prompt]])
-    expected = tiny.model.generate(ids, max_new_tokens=24, do_sample=False, eos_token_id=tiny.eos_id,
-                                   pad_token_id=tiny.eos_id)[0, ids.shape[1]:]
+    expected = tiny.model.generate(
+        ids, max_new_tokens=24, do_sample=False, eos_token_id=tiny.eos_id, pad_token_id=tiny.eos_id
+    )[0, ids.shape[1] :]
     assert plain(prompt, 0.0, 0, exact=False).tokens.tolist() == expected.tolist()
 
 
@@ -99,24 +102,38 @@ def psi_drafter() -> str:
     from proposers.psi.lora import GatedLoRAModel, save_drafter, weights_hash
 
     folder, base = tempfile.mkdtemp(prefix="psi-drafter-"), load_target("tiny-random-ar").model
-    save_drafter(GatedLoRAModel(base, 4, 8.0), Path(folder),
-                 {"base": "tiny-random-ar", "base_hash": weights_hash(base), "rank": 4, "alpha": 8.0, "max_block": 8})
+    save_drafter(
+        GatedLoRAModel(base, 4, 8.0),
+        Path(folder),
+        {"base": "tiny-random-ar", "base_hash": weights_hash(base), "rank": 4, "alpha": 8.0, "max_block": 8},
+    )
     return folder
 
 
-SPECS = {"draft-model": "draft-model:tiny-random-ar:1", "psi-linear": f"psi-linear:{psi_drafter()}",
-         "psi-tree": f"psi-tree:{psi_drafter()}:K=2"}
+SPECS = {
+    "draft-model": "draft-model:tiny-random-ar:1",
+    "psi-linear": f"psi-linear:{psi_drafter()}",
+    "psi-tree": f"psi-tree:{psi_drafter()}:K=2",
+}
 """The spec each AR family is tested with, for the families that need an argument."""
 
 
 @settings(max_examples=60, deadline=None)
-@given(prompt=st.integers(0, len(PROMPTS) - 1), seed=st.integers(0, 2**32),
-       temperature=st.sampled_from([0.0, 0.7, 1.0]), budget=st.integers(0, 10), tree_seed=st.integers(0, 1000),
-       proposer=st.sampled_from(["random", *(SPECS.get(name, name) for name in proposers_for("ar"))]))
+@given(
+    prompt=st.integers(0, len(PROMPTS) - 1),
+    seed=st.integers(0, 2**32),
+    temperature=st.sampled_from([0.0, 0.7, 1.0]),
+    budget=st.integers(0, 10),
+    tree_seed=st.integers(0, 1000),
+    proposer=st.sampled_from(["random", *(SPECS.get(name, name) for name in proposers_for("ar"))]),
+)
 def test_speculative_equals_plain_in_exactness_mode(prompt, seed, temperature, budget, tree_seed, proposer):
     reference = plain(prompt, temperature, seed)
-    draft = RandomTree(reference.tokens.tolist(), tree_seed) if proposer == "random" else \
-        build_proposer(proposer, target(True), reference)
+    draft = (
+        RandomTree(reference.tokens.tolist(), tree_seed)
+        if proposer == "random"
+        else build_proposer(proposer, target(True), reference)
+    )
     spec = ar_decode(target(True), PROMPTS[prompt], draft, ARConfig(24, temperature, seed), budget)
     report = check_lossless(reference, spec, near_tie_tolerance(torch.float64))
     assert report.exact, report
@@ -131,8 +148,9 @@ def test_fast_mode_tree_verification_matches_plain(temperature):
     are far from float32 noise); a near-tie would be reported, never a logic error."""
     for seed in range(3):
         reference = plain(0, temperature, seed, exact=False)
-        spec = ar_decode(target(False), PROMPTS[0], RandomTree(reference.tokens.tolist(), seed),
-                         ARConfig(24, temperature, seed), 8)
+        spec = ar_decode(
+            target(False), PROMPTS[0], RandomTree(reference.tokens.tolist(), seed), ARConfig(24, temperature, seed), 8
+        )
         assert check_lossless(reference, spec).exact
         assert max(spec.pass_commits) > 2
 
@@ -140,8 +158,9 @@ def test_fast_mode_tree_verification_matches_plain(temperature):
 @pytest.mark.parametrize("budget", [1, 3, 8])
 def test_oracle_commits_budget_plus_one_per_pass(budget):
     reference = plain(0, 1.0, 2)
-    spec = ar_decode(target(True), PROMPTS[0], build_proposer("oracle", target(True), reference), ARConfig(24, 1.0, 2),
-                     budget)
+    spec = ar_decode(
+        target(True), PROMPTS[0], build_proposer("oracle", target(True), reference), ARConfig(24, 1.0, 2), budget
+    )
     left = 24
     for commits in spec.pass_commits:
         assert commits == min(budget + 1, left)
@@ -151,8 +170,9 @@ def test_oracle_commits_budget_plus_one_per_pass(budget):
 
 def test_budget_zero_is_plain_decoding():
     reference = plain(2, 0.7, 1)
-    spec = ar_decode(target(True), PROMPTS[2], build_proposer("prompt-lookup", target(True), reference),
-                     ARConfig(24, 0.7, 1), 0)
+    spec = ar_decode(
+        target(True), PROMPTS[2], build_proposer("prompt-lookup", target(True), reference), ARConfig(24, 0.7, 1), 0
+    )
     assert spec.tokens.tolist() == reference.tokens.tolist()
     assert spec.metrics.nfe == spec.metrics.rows == 24 and spec.pass_commits == [1] * 24
 
@@ -163,17 +183,22 @@ def test_generation_stops_after_the_end_of_sequence_token():
     eos = reference.tokens[9].item()
     first = reference.tokens.tolist().index(eos)
     stopping = ARTarget(base.model, base.tokenizer, eos, rowwise=True)
-    for generation in (ar_plain_decode(stopping, PROMPTS[0], ARConfig(24, 1.0, 3)),
-                       ar_decode(stopping, PROMPTS[0], build_proposer("oracle", stopping, reference),
-                                 ARConfig(24, 1.0, 3), 6)):
+    for generation in (
+        ar_plain_decode(stopping, PROMPTS[0], ARConfig(24, 1.0, 3)),
+        ar_decode(stopping, PROMPTS[0], build_proposer("oracle", stopping, reference), ARConfig(24, 1.0, 3), 6),
+    ):
         assert generation.tokens.tolist() == reference.tokens.tolist()[: first + 1]
         assert generation.answer_ids == reference.tokens.tolist()[:first]
 
 
 def test_prepare_truncates_and_refuses_malformed_nodes():
-    chain = [DraftNode(0, Transition((0,), (5,))), DraftNode(1, Transition((1,), (9,))),
-             DraftNode(2, Transition((2,), (7,))), DraftNode(0, Transition((0,), (5,))),  # a repeated sibling
-             DraftNode(0, Transition((0,), (6,)))]
+    chain = [
+        DraftNode(0, Transition((0,), (5,))),
+        DraftNode(1, Transition((1,), (9,))),
+        DraftNode(2, Transition((2,), (7,))),
+        DraftNode(0, Transition((0,), (5,))),  # a repeated sibling
+        DraftNode(0, Transition((0,), (6,))),
+    ]
     tree = prepare_ar(DraftTree(tuple(chain)), budget=5, max_depth=2, eos_id=9)
     # depth 3 dropped (max_depth), the repeat dropped; nothing is kept below eos (9)
     assert tree.tokens.tolist() == [5, 9, 6] and tree.parents == [0, 1, 0]
@@ -200,8 +225,9 @@ def test_negative_control_wrong_noise_position_is_caught(monkeypatch):
     verdicts = []
     for seed in range(3):
         reference = plain(0, 1.0, seed)
-        spec = ar_decode(target(True), PROMPTS[0], build_proposer("oracle", target(True), reference),
-                         ARConfig(24, 1.0, seed), 4)
+        spec = ar_decode(
+            target(True), PROMPTS[0], build_proposer("oracle", target(True), reference), ARConfig(24, 1.0, seed), 4
+        )
         verdicts.append(check_lossless(reference, spec, near_tie_tolerance(torch.float64)).verdict)
     assert "logic-error" in verdicts and "exact" not in verdicts
 
@@ -219,7 +245,12 @@ def test_negative_control_rejected_keys_kept_is_caught(monkeypatch, exact):
     reference = plain(0, 0.0, 0, exact=exact)
     caught = []
     for tree_seed in range(4):
-        spec = ar_decode(target(exact), PROMPTS[0], RandomTree(reference.tokens.tolist(), tree_seed, hit=0.5),
-                         ARConfig(24, 0.0, 0), 8)
+        spec = ar_decode(
+            target(exact),
+            PROMPTS[0],
+            RandomTree(reference.tokens.tolist(), tree_seed, hit=0.5),
+            ARConfig(24, 0.0, 0),
+            8,
+        )
         caught.append(check_lossless(reference, spec).verdict == "logic-error")
     assert any(caught)

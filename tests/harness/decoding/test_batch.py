@@ -38,8 +38,10 @@ def decode_all(t: DLMTarget, cfg: DecodeConfig, arm: tuple[str | None, int], bat
     if proposer is None:
         loops = [plain_generation(t, p, cfg, keep_logits=True) for p in PROMPTS]
     else:
-        loops = [speculative_generation(t, p, build_proposer(proposer, t, plain), cfg, budget, keep_logits=True)
-                 for p, plain in zip(PROMPTS, plains)]
+        loops = [
+            speculative_generation(t, p, build_proposer(proposer, t, plain), cfg, budget, keep_logits=True)
+            for p, plain in zip(PROMPTS, plains)
+        ]
     return decode_batch(t, loops, batch_size)
 
 

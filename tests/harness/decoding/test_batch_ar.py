@@ -22,10 +22,13 @@ from proposers import build_proposer
 sys.path.insert(0, str(Path(__file__).parent))
 from test_autoregressive import SPECS  # the drafters the AR tests use
 
-PROMPTS = [list(b"The quick brown fox jumps over the lazy dog. The quick brown"), list(b"hi"),
-           list(b"abcabcabcabc"), list(b"Q: 7*6=?\nA:")]
-ARMS = [(None, 0), ("prompt-lookup", 4), (SPECS["draft-model"], 3), (SPECS["psi-linear"], 3),
-        (SPECS["psi-tree"], 3)]
+PROMPTS = [
+    list(b"The quick brown fox jumps over the lazy dog. The quick brown"),
+    list(b"hi"),
+    list(b"abcabcabcabc"),
+    list(b"Q: 7*6=?\nA:"),
+]
+ARMS = [(None, 0), ("prompt-lookup", 4), (SPECS["draft-model"], 3), (SPECS["psi-linear"], 3), (SPECS["psi-tree"], 3)]
 
 
 @functools.cache

@@ -30,8 +30,9 @@ BAD = [
 ]
 
 
-@pytest.mark.parametrize("make", [lambda **kw: DecodeConfig(RULE, **kw), lambda **kw: ARConfig(**kw)],
-                         ids=["DecodeConfig", "ARConfig"])
+@pytest.mark.parametrize(
+    "make", [lambda **kw: DecodeConfig(RULE, **kw), lambda **kw: ARConfig(**kw)], ids=["DecodeConfig", "ARConfig"]
+)
 @pytest.mark.parametrize("given, message", BAD, ids=[repr(kw) for kw, _ in BAD])
 def test_a_config_refuses_what_the_command_line_would(make, given, message) -> None:
     with pytest.raises(UserError) as error:
@@ -39,8 +40,9 @@ def test_a_config_refuses_what_the_command_line_would(make, given, message) -> N
     assert message in str(error.value)
 
 
-@pytest.mark.parametrize("make", [lambda **kw: DecodeConfig(RULE, **kw), lambda **kw: ARConfig(**kw)],
-                         ids=["DecodeConfig", "ARConfig"])
+@pytest.mark.parametrize(
+    "make", [lambda **kw: DecodeConfig(RULE, **kw), lambda **kw: ARConfig(**kw)], ids=["DecodeConfig", "ARConfig"]
+)
 def test_integers_of_numpy_and_torch_are_taken_as_plain_ints(make) -> None:
     config = make(seed=np.uint64(2**64 - 1), gen_length=torch.tensor(8), temperature=np.float32(0.5))
     assert (config.seed, config.gen_length, config.temperature) == (2**64 - 1, 8, 0.5)

@@ -57,7 +57,7 @@ def test_distinct_keys_are_distinct_samples_over_the_whole_range(recwarn):
     for draws in (by_seed, by_step):
         keys = list(draws)
         for i, a in enumerate(keys):
-            for b in keys[i + 1:]:
+            for b in keys[i + 1 :]:
                 assert not torch.equal(draws[a], draws[b]), (a, b)
     assert not torch.equal(gumbel(2**64 - 1, 2**63, 2, 8), gumbel(2**63, 2**64 - 1, 2, 8))
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
@@ -65,14 +65,38 @@ def test_distinct_keys_are_distinct_samples_over_the_whole_range(recwarn):
 
 # gumbel(seed, step, 2, 3) as drawn before the key became a uint64 array (float.hex, row-major)
 PINNED = {
-    (0, 0): ["-0x1.7ed5eab479370p+0", "-0x1.67907d1f18d9cp-2", "-0x1.92625fbf453bep-1",
-             "0x1.1e0ab5d2468edp-1", "0x1.7e58f99b78e3cp-2", "-0x1.fc0de49349318p-3"],
-    (7, 3): ["0x1.42e731b439705p-2", "0x1.217bc2a928fefp+0", "-0x1.18726582f9905p+0",
-             "-0x1.2119c037066a5p-3", "0x1.e94ae28f80395p-1", "-0x1.f644b2c8c5c0ap-2"],
-    (2**63 - 1, 5): ["0x1.778d25022bb34p+0", "0x1.137e1f68f61abp+0", "0x1.788fd621de3bcp+0",
-                     "-0x1.5c517bcc8c336p-4", "0x1.fa77a61540d21p+0", "-0x1.8a3e3a39c6f09p-2"],
-    (0, 2**63 - 1): ["0x1.b1962b4d7dbfdp-3", "-0x1.3c4791d76c8d3p-2", "0x1.0010164ea173dp+0",
-                     "0x1.bee1b12c5afcfp-5", "0x1.904e971094d9cp+0", "0x1.8c4dc80876c3dp-1"],
+    (0, 0): [
+        "-0x1.7ed5eab479370p+0",
+        "-0x1.67907d1f18d9cp-2",
+        "-0x1.92625fbf453bep-1",
+        "0x1.1e0ab5d2468edp-1",
+        "0x1.7e58f99b78e3cp-2",
+        "-0x1.fc0de49349318p-3",
+    ],
+    (7, 3): [
+        "0x1.42e731b439705p-2",
+        "0x1.217bc2a928fefp+0",
+        "-0x1.18726582f9905p+0",
+        "-0x1.2119c037066a5p-3",
+        "0x1.e94ae28f80395p-1",
+        "-0x1.f644b2c8c5c0ap-2",
+    ],
+    (2**63 - 1, 5): [
+        "0x1.778d25022bb34p+0",
+        "0x1.137e1f68f61abp+0",
+        "0x1.788fd621de3bcp+0",
+        "-0x1.5c517bcc8c336p-4",
+        "0x1.fa77a61540d21p+0",
+        "-0x1.8a3e3a39c6f09p-2",
+    ],
+    (0, 2**63 - 1): [
+        "0x1.b1962b4d7dbfdp-3",
+        "-0x1.3c4791d76c8d3p-2",
+        "0x1.0010164ea173dp+0",
+        "0x1.bee1b12c5afcfp-5",
+        "0x1.904e971094d9cp+0",
+        "0x1.8c4dc80876c3dp-1",
+    ],
 }
 
 

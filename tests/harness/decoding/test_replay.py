@@ -44,7 +44,10 @@ def test_replay_counts_the_passes_of_speculative_decoding(family, temperature, r
             spec = speculative_decode(target, PROMPT, build_proposer(name, target, plain), cfg, budget)
             replayed = replay(plain, build_proposer(name, target, plain), cfg, budget)
             assert (replayed.metrics.nfe, replayed.pass_commits, replayed.stops) == (
-                spec.metrics.nfe, spec.pass_commits, spec.stops), (name, budget)
+                spec.metrics.nfe,
+                spec.pass_commits,
+                spec.stops,
+            ), (name, budget)
             saved_any |= replayed.metrics.nfe < plain.metrics.nfe
     assert saved_any
 
@@ -80,8 +83,9 @@ class Elsewhere:
 
     def propose(self, request):
         truth = self.steps[request.step].positions
-        others = [p for p in range(request.root.numel())
-                  if int(request.root[p]) == request.rule.mask_id and p not in truth]
+        others = [
+            p for p in range(request.root.numel()) if int(request.root[p]) == request.rule.mask_id and p not in truth
+        ]
         return DraftTree.chain([Transition((others[0],), (0,))]) if others else DraftTree()
 
 
@@ -89,8 +93,11 @@ def test_replay_says_why_each_pass_stopped():
     target = exact_target("llada")
     cfg = config(target, "top1", 0.0, (16, 8))
     plain = plain_decode(target, PROMPT, cfg, keep_logits=True)
-    for proposer, reason in ((Off(plain), TOKEN), (Elsewhere(plain), POSITION),
-                             (build_proposer("oracle", target, plain), LEAF)):
+    for proposer, reason in (
+        (Off(plain), TOKEN),
+        (Elsewhere(plain), POSITION),
+        (build_proposer("oracle", target, plain), LEAF),
+    ):
         run = replay(plain, proposer, cfg, 4)
         assert len(run.stops) == len(run.pass_commits)
         assert reason in run.stops and set(run.stops) <= {reason, NO_DRAFT}, (type(proposer).__name__, run.stops)

@@ -15,8 +15,11 @@ from proposers import build_proposer
 
 pytestmark = pytest.mark.slow
 
-QUESTIONS = ["What is 12 times 7? Answer step by step.", "Write a haiku about the sea.",
-             "Repeat after me: the cat sat on the mat, the cat sat on the mat."]
+QUESTIONS = [
+    "What is 12 times 7? Answer step by step.",
+    "Write a haiku about the sea.",
+    "Repeat after me: the cat sat on the mat, the cat sat on the mat.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -27,16 +30,22 @@ def smollm2() -> ARTarget:
 
 
 def chat(target: ARTarget, question: str) -> list[int]:
-    text = target.tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                                add_generation_prompt=True)
+    text = target.tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
+    )
     return target.tokenizer.encode(text, add_special_tokens=False)
 
 
 @pytest.mark.parametrize("question", QUESTIONS)
 def test_plain_at_t0_is_transformers_greedy_generate(smollm2, question):
     ids = chat(smollm2, question)
-    expected = smollm2.model.generate(torch.tensor([ids]), max_new_tokens=32, do_sample=False,
-                                      eos_token_id=smollm2.eos_id, pad_token_id=smollm2.eos_id)[0, len(ids):]
+    expected = smollm2.model.generate(
+        torch.tensor([ids]),
+        max_new_tokens=32,
+        do_sample=False,
+        eos_token_id=smollm2.eos_id,
+        pad_token_id=smollm2.eos_id,
+    )[0, len(ids) :]
     assert ar_plain_decode(smollm2, ids, ARConfig(32)).tokens.tolist() == expected.tolist()
 
 

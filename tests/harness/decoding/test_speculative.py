@@ -59,8 +59,7 @@ def config(family: str, kind: str, temperature: float, seed: int, geometry: tupl
 
 
 @functools.cache
-def plain(family: str, prompt: int, kind: str, temperature: float, seed: int, geometry: tuple[int, int]
-          ) -> Generation:
+def plain(family: str, prompt: int, kind: str, temperature: float, seed: int, geometry: tuple[int, int]) -> Generation:
     cfg = config(family, kind, temperature, seed, geometry)
     return plain_decode(exact_target(family), PROMPTS[prompt], cfg)
 
@@ -112,8 +111,15 @@ def test_speculative_equals_plain_in_exactness_mode(
             pass_start += commits
 
 
-CALIBRATED = Calibration(commit_scale=0.5, commit_bias=-0.3, commit_rule_weight=0.5, position_temperature=2.0,
-                         position_rule_weight=0.4, token_temperature=1.6, top_bias=0.5)
+CALIBRATED = Calibration(
+    commit_scale=0.5,
+    commit_bias=-0.3,
+    commit_rule_weight=0.5,
+    position_temperature=2.0,
+    position_rule_weight=0.4,
+    token_temperature=1.6,
+    top_bias=0.5,
+)
 """A calibration as far from the identity as the fitted ones
 (zoo/proposers/spot-sets-calibrated/*/calibration.json), so the calibrated path runs."""
 
@@ -145,8 +151,9 @@ def test_fitted_proposers_are_exact_under_the_rules_they_run_under(
     target = exact_target(family)
     reference = plain(family, prompt, kind, temperature, seed, geometry)
     cfg = config(family, kind, temperature, seed, geometry)
-    spec = speculative_decode(target, PROMPTS[prompt], fitted_proposer(proposer, calibrated, target, reference),
-                              cfg, budget)
+    spec = speculative_decode(
+        target, PROMPTS[prompt], fitted_proposer(proposer, calibrated, target, reference), cfg, budget
+    )
     report = check_lossless(reference, spec, near_tie_tolerance(torch.float64))
     assert report.exact, report
     assert spec.steps == reference.steps and torch.equal(spec.tokens, reference.tokens)

@@ -81,8 +81,9 @@ def test_a_folder_missing_a_weight_is_refused(tmp_path):
     state = load_file(tmp_path / "model.safetensors")
     del state["model.norm.weight"]
     save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(UserError,
-                       match=r"lacks or mis-shapes 1 weights of its LlamaForCausalLM, e.g. model.norm.weight"):
+    with pytest.raises(
+        UserError, match=r"lacks or mis-shapes 1 weights of its LlamaForCausalLM, e.g. model.norm.weight"
+    ):
         load_target(str(tmp_path))
 
 

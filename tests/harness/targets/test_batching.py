@@ -80,8 +80,10 @@ def test_autoregressive_tree_passes_get_their_own_logits_and_caches():
     trees = [([], []), ([5, 6, 7], [0, 1, 1]), ([9], [0])]
     largest = 0.0
     for step in range(4):
-        passes = [(s, torch.tensor(tokens, dtype=torch.long), parents)
-                  for s, (tokens, parents) in zip(batched, trees if step else [([], [])] * 3)]
+        passes = [
+            (s, torch.tensor(tokens, dtype=torch.long), parents)
+            for s, (tokens, parents) in zip(batched, trees if step else [([], [])] * 3)
+        ]
         together = target.forward_many(passes)
         for session, (_, tokens, parents), out in zip(alone, passes, together):
             largest = max(largest, float((session.forward(tokens, parents) - out).abs().max()))

@@ -46,8 +46,10 @@ def test_published_layout_matches_naive_reference(family, tmp_path, reference):
     expected = reference.logits(family, config, weights, IDS, allowed)
     exact = model_logits(load_checkpoint(tmp_path, dtype=torch.float64), allowed)
     single = model_logits(load_checkpoint(tmp_path), allowed)
-    print(f"{family}: float64 max diff {(exact - expected).abs().max():.2e}, "
-          f"float32 {(single - expected).abs().max():.2e}")
+    print(
+        f"{family}: float64 max diff {(exact - expected).abs().max():.2e}, "
+        f"float32 {(single - expected).abs().max():.2e}"
+    )
     assert (exact - expected).abs().max() <= 1e-10
     assert (single - expected).abs().max() <= 1e-4
 
@@ -89,8 +91,9 @@ def test_saved_checkpoint_is_readable_by_the_reference(tmp_path, reference):
     target = load_target("tiny-random:llada2:1").exact()
     save_checkpoint(target, tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    expected = reference.logits("llada2", config, load_file(str(tmp_path / "model.safetensors")),
-                                IDS, allowed_for("llada2"))
+    expected = reference.logits(
+        "llada2", config, load_file(str(tmp_path / "model.safetensors")), IDS, allowed_for("llada2")
+    )
     assert (model_logits(target, allowed_for("llada2")) - expected).abs().max() <= 1e-10
 
 
@@ -120,31 +123,61 @@ BAD = {
     "no such folder": ("dream", lambda d: d / "nope", "nope: not a checkpoint folder"),
     "no config.json": ("dream", lambda d: (d / "config.json").unlink() or d, "no config.json"),
     "broken json": ("dream", lambda d: (d / "config.json").write_text("{") and d, "config.json: unreadable JSON"),
-    "unknown family": ("dream", lambda d: _edit_config(d, model_type="gpt2") or d,
-                       "config.json: unknown target family"),
-    "missing shard": ("llada2", lambda d: (d / "model-00002-of-00003.safetensors").unlink() or d,
-                      "model.safetensors.index.json: shard model-00002-of-00003.safetensors is missing"),
-    "rope scaling": ("sdar", lambda d: _edit_config(d, rope_scaling={"rope_type": "yarn", "factor": 4.0}) or d,
-                     "config.json: unsupported rope_scaling"),
-    "activation": ("llada", lambda d: _edit_config(d, activation_type="gelu") or d,
-                   "config.json: unsupported activation_type='gelu'"),
+    "unknown family": (
+        "dream",
+        lambda d: _edit_config(d, model_type="gpt2") or d,
+        "config.json: unknown target family",
+    ),
+    "missing shard": (
+        "llada2",
+        lambda d: (d / "model-00002-of-00003.safetensors").unlink() or d,
+        "model.safetensors.index.json: shard model-00002-of-00003.safetensors is missing",
+    ),
+    "rope scaling": (
+        "sdar",
+        lambda d: _edit_config(d, rope_scaling={"rope_type": "yarn", "factor": 4.0}) or d,
+        "config.json: unsupported rope_scaling",
+    ),
+    "activation": (
+        "llada",
+        lambda d: _edit_config(d, activation_type="gelu") or d,
+        "config.json: unsupported activation_type='gelu'",
+    ),
     "dense bias": ("llada2", lambda d: _edit_config(d, use_bias=True) or d, "unsupported use_bias=True"),
-    "kv heads": ("sdar", lambda d: _edit_config(d, num_key_value_heads=3) or d,
-                 "config.json: 4 attention heads do not split into 3 key/value heads"),
-    "missing key": ("dream", lambda d: _edit_config(d, hidden_size=None) or d,
-                    "config.json: hidden_size must be a non-negative integer"),
-    "shape mismatch": ("dream", lambda d: _edit_config(d, intermediate_size=40) or d,
-                       ("model.safetensors: tensor model.layers.0.mlp.gate_proj.weight has shape [48, 32], "
-                        "but config.json implies [40, 32]")),
-    "missing tensor": ("sdar", lambda d: _edit_tensors(d / "model.safetensors",
-                                                       drop=["model.layers.1.self_attn.k_norm.weight"]) or d,
-                       "model.safetensors: missing tensor model.layers.1.self_attn.k_norm.weight"),
-    "unexpected tensor": ("llada", lambda d: _edit_tensors(d / "model.safetensors",
-                                                           add={"model.transformer.extra": torch.zeros(2)}) or d,
-                          "model.safetensors: unexpected tensor model.transformer.extra"),
+    "kv heads": (
+        "sdar",
+        lambda d: _edit_config(d, num_key_value_heads=3) or d,
+        "config.json: 4 attention heads do not split into 3 key/value heads",
+    ),
+    "missing key": (
+        "dream",
+        lambda d: _edit_config(d, hidden_size=None) or d,
+        "config.json: hidden_size must be a non-negative integer",
+    ),
+    "shape mismatch": (
+        "dream",
+        lambda d: _edit_config(d, intermediate_size=40) or d,
+        (
+            "model.safetensors: tensor model.layers.0.mlp.gate_proj.weight has shape [48, 32], "
+            "but config.json implies [40, 32]"
+        ),
+    ),
+    "missing tensor": (
+        "sdar",
+        lambda d: _edit_tensors(d / "model.safetensors", drop=["model.layers.1.self_attn.k_norm.weight"]) or d,
+        "model.safetensors: missing tensor model.layers.1.self_attn.k_norm.weight",
+    ),
+    "unexpected tensor": (
+        "llada",
+        lambda d: _edit_tensors(d / "model.safetensors", add={"model.transformer.extra": torch.zeros(2)}) or d,
+        "model.safetensors: unexpected tensor model.transformer.extra",
+    ),
     "no weights": ("dream", lambda d: (d / "model.safetensors").unlink() or d, "no model.safetensors or"),
-    "not safetensors": ("dream", lambda d: (d / "model.safetensors").write_bytes(b"junk") and d,
-                        "model.safetensors: not a readable safetensors file"),
+    "not safetensors": (
+        "dream",
+        lambda d: (d / "model.safetensors").write_bytes(b"junk") and d,
+        "model.safetensors: not a readable safetensors file",
+    ),
 }
 
 
@@ -171,12 +204,18 @@ def test_dream_remote_code_tokenizer_is_read_from_its_bpe_files(tmp_path, refere
     (tmp_path / "vocab.json").write_text(json.dumps(spec["model"]["vocab"]))
     (tmp_path / "merges.txt").write_text("#version: 0.2\n")
     special = {str(t["id"]): t | {"special": True} for t in spec["added_tokens"]}
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "DreamTokenizer",
-        "auto_map": {"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]},
-        "added_tokens_decoder": special,
-        "eos_token": "<|eos|>", "pad_token": "<|pad|>", "mask_token": "<|mask|>",
-    }))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "DreamTokenizer",
+                "auto_map": {"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]},
+                "added_tokens_decoder": special,
+                "eos_token": "<|eos|>",
+                "pad_token": "<|pad|>",
+                "mask_token": "<|mask|>",
+            }
+        )
+    )
     target = load_checkpoint(tmp_path)
     assert target.tokenizer.encode("hi there") == [71, 72, 220, 83, 71, 68, 81, 68]
     assert target.tokenizer.mask_token_id == target.mask_id == 258

@@ -24,10 +24,15 @@ def test_auto_is_the_cpu_in_float32_without_a_gpu_and_bf16_on_one() -> None:
     assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
 
 
-@pytest.mark.parametrize("device, message", [
-    ("cuda", "no CUDA GPU is visible"), ("cuda:3", "no CUDA GPU is visible"), ("tpu", "unknown device"),
-    ("mps", "unsupported device"),
-])
+@pytest.mark.parametrize(
+    "device, message",
+    [
+        ("cuda", "no CUDA GPU is visible"),
+        ("cuda:3", "no CUDA GPU is visible"),
+        ("tpu", "unknown device"),
+        ("mps", "unsupported device"),
+    ],
+)
 def test_a_device_this_process_cannot_use_is_one_line(device: str, message: str) -> None:
     if torch.cuda.is_available() and device.startswith("cuda"):
         pytest.skip("this machine has a GPU")

@@ -31,9 +31,9 @@ def test_block_causal_attention_is_bidirectional_attention_over_each_prefix(fami
     for j in range(BLOCKS):
         end = (j + 1) * BLOCK
         prefix, _ = attention(x[:, :end], cos[:end], sin[:end], None, None)
-        assert (masked[:, j * BLOCK:end] - prefix[:, j * BLOCK:end]).abs().max() <= tolerance
+        assert (masked[:, j * BLOCK : end] - prefix[:, j * BLOCK : end]).abs().max() <= tolerance
         if j < BLOCKS - 1:  # negative control: without the mask, block j sees later blocks
-            assert (unmasked[:, j * BLOCK:end] - prefix[:, j * BLOCK:end]).abs().max() > 1e-3
+            assert (unmasked[:, j * BLOCK : end] - prefix[:, j * BLOCK : end]).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("family", ["sdar", "llada2"])
@@ -58,8 +58,15 @@ def test_block_causal_logits_depend_on_own_and_earlier_blocks_only(family):
 
 
 def _moe(k: int) -> SigmoidMoE:
-    cfg = MoEConfig(num_experts=8, num_experts_per_tok=k, moe_intermediate_size=8,
-                    num_shared_experts=1, n_group=4, topk_group=2, routed_scaling_factor=2.5)
+    cfg = MoEConfig(
+        num_experts=8,
+        num_experts_per_tok=k,
+        moe_intermediate_size=8,
+        num_shared_experts=1,
+        n_group=4,
+        topk_group=2,
+        routed_scaling_factor=2.5,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(k)
         moe = SigmoidMoE(16, cfg).double()
@@ -91,5 +98,5 @@ def test_moe_routing_ignores_batch_composition():
     x = torch.randn(12, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         together = moe(x)
-        alone = torch.cat([moe(x[i:i + 1]) for i in range(12)])
+        alone = torch.cat([moe(x[i : i + 1]) for i in range(12)])
     assert (together - alone).abs().max() <= 1e-12

@@ -15,8 +15,9 @@ BLOCK, BLOCKS = 4, 3
 
 def _in_dtype(target: DLMTarget, dtype: torch.dtype) -> DLMTarget:
     """The same target in `dtype`, rows still evaluated as one batch."""
-    return DLMTarget(target.model.to(dtype), target.family, target.mask_id, target.eos_id,
-                     target.tokenizer, target.name)
+    return DLMTarget(
+        target.model.to(dtype), target.family, target.mask_id, target.eos_id, target.tokenizer, target.name
+    )
 
 
 def _recompute(target: DLMTarget, finished: list[torch.Tensor], state: torch.Tensor, bidirectional=False):
@@ -68,13 +69,13 @@ def _batch_and_rows(target: DLMTarget, rows: int = 5) -> tuple[torch.Tensor, tor
     gen = torch.Generator().manual_seed(1)
     states = torch.full((rows, BLOCK), target.mask_id)
     for row in range(1, rows):
-        states[row, :row % BLOCK] = torch.randint(0, 256, (row % BLOCK,), generator=gen)
+        states[row, : row % BLOCK] = torch.randint(0, 256, (row % BLOCK,), generator=gen)
     batch_session = target.start(PROMPT, 2 * BLOCK, BLOCK)
     row_session = target.start(PROMPT, 2 * BLOCK, BLOCK)
     for session in (batch_session, row_session):
         session.forward(states[:1])
     batch = batch_session.forward(states).current
-    single = torch.cat([row_session.forward(states[row:row + 1]).current for row in range(rows)])
+    single = torch.cat([row_session.forward(states[row : row + 1]).current for row in range(rows)])
     return batch, single
 
 
@@ -102,7 +103,7 @@ def test_shifted_logits_come_from_the_previous_position(family):
     logits, _ = target.model(tokens[None], torch.arange(tokens.numel()), None)
     shift = 1 if family == "dream" else 0
     start = len(PROMPT) - shift
-    assert torch.equal(out.current[0], logits[0, start:start + BLOCK])
-    assert torch.equal(out.following[0], logits[0, start + BLOCK:start + 2 * BLOCK])
+    assert torch.equal(out.current[0], logits[0, start : start + BLOCK])
+    assert torch.equal(out.following[0], logits[0, start + BLOCK : start + 2 * BLOCK])
     other = len(PROMPT) - (1 - shift)  # negative control: the other convention reads other rows
-    assert not torch.allclose(out.current[0], logits[0, other:other + BLOCK])
+    assert not torch.allclose(out.current[0], logits[0, other : other + BLOCK])

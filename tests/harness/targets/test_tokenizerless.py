@@ -65,11 +65,15 @@ def test_a_folder_missing_both_ids_names_both_and_says_it_has_no_tokenizer(tmp_p
     (folder / "config.json").write_text(json.dumps(config))
     assert main(["target", str(folder)]) == 2
     err = error_line(capsys)
-    assert ("no mask and no eos token id (config.json has no mask_token_id or eos_token_id and the folder has no "
-            "tokenizer); give them with --mask-id and --eos-id") in err, err
+    assert (
+        "no mask and no eos token id (config.json has no mask_token_id or eos_token_id and the folder has no "
+        "tokenizer); give them with --mask-id and --eos-id"
+    ) in err, err
     assert main(["target", str(folder), "--mask-id", "2"]) == 2  # one of them given: the other named alone
-    assert ("no eos token id (config.json has no eos_token_id and the folder has no tokenizer); give it with --eos-id"
-            in error_line(capsys))
+    assert (
+        "no eos token id (config.json has no eos_token_id and the folder has no tokenizer); give it with --eos-id"
+        in error_line(capsys)
+    )
     assert main(["target", str(folder), "--mask-id", "2", "--eos-id", "1"]) == 0
 
 
@@ -125,11 +129,13 @@ def test_prompt_ids_file_and_its_errors(tmp_path, capsys):
     assert main(["decode", "--model", str(folder), "--prompt-ids-file", str(good), "--json", *SMALL]) == 0
     assert [json.loads(line)["prompt_tokens"] for line in capsys.readouterr().out.splitlines()] == [3, 2]
     bad = tmp_path / "bad.jsonl"
-    bad.write_text("[5, 6]\n[5, \"x\"]\n")
-    cases = [(["--prompt-ids-file", str(bad)], f"{bad}:2 must be a non-empty list of token ids"),
-             (["--prompt-ids", "5,x"], "--prompt-ids must be comma-separated token ids"),
-             (["--prompt-ids", "5,4096"], "prompt token id 4096 is outside the target's vocabulary (0..2047)"),
-             (["--prompt", "hi"], "has no tokenizer to encode text prompts; give token ids with --prompt-ids")]
+    bad.write_text('[5, 6]\n[5, "x"]\n')
+    cases = [
+        (["--prompt-ids-file", str(bad)], f"{bad}:2 must be a non-empty list of token ids"),
+        (["--prompt-ids", "5,x"], "--prompt-ids must be comma-separated token ids"),
+        (["--prompt-ids", "5,4096"], "prompt token id 4096 is outside the target's vocabulary (0..2047)"),
+        (["--prompt", "hi"], "has no tokenizer to encode text prompts; give token ids with --prompt-ids"),
+    ]
     for flags, message in cases:
         assert main(["decode", "--model", str(folder), *flags, *SMALL]) == 2
         assert message in error_line(capsys)
@@ -145,8 +151,17 @@ def test_a_run_worker_decodes_an_ids_task(tmp_path):
     folder = bare_copy(tmp_path, drop_ids=True)
     prompts = tmp_path / "ids.jsonl"
     prompts.write_text("[5, 6, 7, 8]\n")
-    suite = Suite(models=(str(folder),), proposers=("confidence",), tasks=(f"ids:{prompts}",), budgets=(4,),
-                  temperatures=(0.0,), gen_length=16, block_length=8, limit=1, mask_id=2)
+    suite = Suite(
+        models=(str(folder),),
+        proposers=("confidence",),
+        tasks=(f"ids:{prompts}",),
+        budgets=(4,),
+        temperatures=(0.0,),
+        gen_length=16,
+        block_length=8,
+        limit=1,
+        mask_id=2,
+    )
     [sample] = get_task(f"ids:{prompts}").load()
     [[row]] = Evaluator(suite).evaluate(Unit(str(folder), f"ids:{prompts}", (sample,), ((0.0, "top1", 0),)))
     assert row.prompt_tokens == 4 and row.exact and row.correct is None and row.chat_template == "none"

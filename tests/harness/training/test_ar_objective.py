@@ -14,10 +14,26 @@ from harness.training.objective import Example
 from harness.training.train_target import Recipe, train
 
 RECIPE = Recipe(
-    name="micro-ar", family="ar", tasks=[], seed=3, answer_length=16, steps=4, batch_size=4, learning_rate=3e-3,
-    warmup_steps=1, checkpoint_every=2, validation_examples=4,
-    model=dict(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1, head_dim=16,
-               tie_embeddings=True),
+    name="micro-ar",
+    family="ar",
+    tasks=[],
+    seed=3,
+    answer_length=16,
+    steps=4,
+    batch_size=4,
+    learning_rate=3e-3,
+    warmup_steps=1,
+    checkpoint_every=2,
+    validation_examples=4,
+    model=dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=16,
+        tie_embeddings=True,
+    ),
 )
 
 
@@ -40,5 +56,6 @@ def test_an_ar_recipe_trains_a_loadable_causal_lm(tmp_path):
     target = load_target(folder)
     assert isinstance(target, ARTarget) and target.eos_id == eos and target.vocab_size == len(tokenizer)
     with pytest.raises(UserError, match="family ar is a Llama causal LM; drop qk_norm"):
-        train(dataclasses.replace(RECIPE, model=RECIPE.model | {"qk_norm": True}), examples, tokenizer,
-              tmp_path / "bad")
+        train(
+            dataclasses.replace(RECIPE, model=RECIPE.model | {"qk_norm": True}), examples, tokenizer, tmp_path / "bad"
+        )

@@ -71,8 +71,13 @@ def test_the_training_layout_is_the_decoders_pass() -> None:
     clean_positions = torch.arange(batch.clean_ids.shape[1])
     with torch.no_grad():
         _, kv = target.model.hidden(batch.clean_ids, clean_positions, batch.clean_attend)
-        hidden, _ = target.model.hidden(batch.noisy_ids, batch.noisy_positions, batch.noisy_attend, kv,
-                                        torch.ones_like(batch.noisy_ids, dtype=torch.bool))
+        hidden, _ = target.model.hidden(
+            batch.noisy_ids,
+            batch.noisy_positions,
+            batch.noisy_attend,
+            kv,
+            torch.ones_like(batch.noisy_ids, dtype=torch.bool),
+        )
         trained_logits = target.model.lm_head(hidden)[0]
     origin = len(PROMPT) - len(PROMPT) % size
     tokens = torch.tensor(seq.tokens)
@@ -86,8 +91,9 @@ def test_the_training_layout_is_the_decoders_pass() -> None:
         assert float((current[1:] - rows).abs().max()) < 1e-10, start
         if start > 0:  # the first token's row is the base's clean row before the block
             with torch.no_grad():
-                full = target.model(tokens[None, :start], torch.arange(start),
-                                    torch.ones(start, start, dtype=torch.bool).tril())[0][0, -1]
+                full = target.model(
+                    tokens[None, :start], torch.arange(start), torch.ones(start, start, dtype=torch.bool).tril()
+                )[0][0, -1]
             assert float((current[0] - full).abs().max()) < 1e-10
 
 
@@ -104,14 +110,29 @@ def test_every_trained_row_predicts_a_masked_answer_token_of_its_block() -> None
 
 
 def _pairs(n: int = 24) -> list[tuple[list[int], list[int]]]:
-    return [([(7 * i + j) % 90 + 30 for j in range(6 + i % 5)], [(11 * i + 3 * j) % 90 + 30 for j in range(5 + i % 7)])
-            for i in range(n)]
+    return [
+        ([(7 * i + j) % 90 + 30 for j in range(6 + i % 5)], [(11 * i + 3 * j) % 90 + 30 for j in range(5 + i % 7)])
+        for i in range(n)
+    ]
 
 
 def _recipe(**changes) -> ConvertRecipe:
-    fields = dict(name="tiny-convert", tasks=["arith"], base="tiny-random-ar:1", mask_id=5, block_length=4,
-                  rank=4, alpha=8.0, steps=4, batch_size=4, learning_rate=1e-2, warmup_steps=1,
-                  validation_examples=4, validation_every=2, checkpoint_every=1)
+    fields = dict(
+        name="tiny-convert",
+        tasks=["arith"],
+        base="tiny-random-ar:1",
+        mask_id=5,
+        block_length=4,
+        rank=4,
+        alpha=8.0,
+        steps=4,
+        batch_size=4,
+        learning_rate=1e-2,
+        warmup_steps=1,
+        validation_examples=4,
+        validation_every=2,
+        checkpoint_every=1,
+    )
     return ConvertRecipe(**(fields | changes))
 
 
@@ -139,8 +160,12 @@ def test_a_resumed_conversion_with_another_recipe_is_refused(tmp_path) -> None:
 
 def test_a_delta_over_other_base_weights_is_refused(tmp_path) -> None:
     target = convert(tiny_random_ar(1), mask_id=5, rank=4, alpha=8.0)
-    meta = {"base": "tiny-random-ar:1", "base_hash": adapter.weights_hash(tiny_random_ar(1).model), "rank": 4,
-            "alpha": 8.0}
+    meta = {
+        "base": "tiny-random-ar:1",
+        "base_hash": adapter.weights_hash(tiny_random_ar(1).model),
+        "rank": 4,
+        "alpha": 8.0,
+    }
     save_converted(target, tmp_path / "model", meta)
     assert load_converted(tmp_path / "model", torch.float32, torch.device("cpu")).family.name == "converted"
     record = json.loads((tmp_path / "model" / CONVERTED_FILE).read_text())
@@ -160,12 +185,17 @@ def test_the_recipe_is_a_dataclass_of_known_fields() -> None:
     assert {f.name for f in dataclasses.fields(ConvertRecipe)} >= {"base", "mask_id", "block_length", "rank"}
 
 
-@pytest.mark.parametrize("key, value", [("rank", "8"), ("alpha", 0), ("mask_id", 10**9), ("eos_id", -1),
-                                        ("base", 3), ("rank", 5)])
+@pytest.mark.parametrize(
+    "key, value", [("rank", "8"), ("alpha", 0), ("mask_id", 10**9), ("eos_id", -1), ("base", 3), ("rank", 5)]
+)
 def test_a_forged_record_is_one_line(tmp_path, key: str, value) -> None:
     target = convert(tiny_random_ar(1), mask_id=5, rank=4, alpha=8.0)
-    meta = {"base": "tiny-random-ar:1", "base_hash": adapter.weights_hash(tiny_random_ar(1).model), "rank": 4,
-            "alpha": 8.0}
+    meta = {
+        "base": "tiny-random-ar:1",
+        "base_hash": adapter.weights_hash(tiny_random_ar(1).model),
+        "rank": 4,
+        "alpha": 8.0,
+    }
     save_converted(target, tmp_path / "model", meta)
     record = json.loads((tmp_path / "model" / CONVERTED_FILE).read_text())
     (tmp_path / "model" / CONVERTED_FILE).write_text(json.dumps(record | {key: value}))

@@ -35,12 +35,20 @@ def test_training_logits_equal_session_logits(family_name: str) -> None:
     block1 = torch.tensor([1, 0, 1, 1, 0, 0, 1, 0], dtype=torch.bool)
     rest = len(answer) - first_answer - BLOCK
     masked = torch.cat([torch.zeros(first_answer, dtype=torch.bool), block1, torch.ones(rest, dtype=torch.bool)])
-    batch = layout_batch([example, Example(list(range(30, 35)), example.answer)],
-                         torch.stack([masked, masked]), torch.tensor([0.5, 0.5]), spec, MASK, PAD, BLOCK)
+    batch = layout_batch(
+        [example, Example(list(range(30, 35)), example.answer)],
+        torch.stack([masked, masked]),
+        torch.tensor([0.5, 0.5]),
+        spec,
+        MASK,
+        PAD,
+        BLOCK,
+    )
     logits, _ = model(batch.input_ids, batch.positions, batch.attend)
 
-    session.finish_block(torch.where(first == MASK, torch.cat([first[: BLOCK - first_answer], answer[:first_answer]]),
-                                     first))
+    session.finish_block(
+        torch.where(first == MASK, torch.cat([first[: BLOCK - first_answer], answer[:first_answer]]), first)
+    )
     block1_answer = answer[first_answer : first_answer + BLOCK]
     state = torch.where(block1, MASK, block1_answer)
     expected = session.forward(state[None]).current[0]

@@ -14,10 +14,28 @@ from harness.training.objective import Example
 from harness.training.train_target import Recipe, train
 
 RECIPE = Recipe(
-    name="micro", family="sdar", tasks=[], seed=3, block_length=8, answer_length=16, steps=6,
-    batch_size=4, learning_rate=3e-3, warmup_steps=2, checkpoint_every=3, validation_examples=4,
-    model=dict(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1,
-               head_dim=16, qk_norm=True, tie_embeddings=True),
+    name="micro",
+    family="sdar",
+    tasks=[],
+    seed=3,
+    block_length=8,
+    answer_length=16,
+    steps=6,
+    batch_size=4,
+    learning_rate=3e-3,
+    warmup_steps=2,
+    checkpoint_every=3,
+    validation_examples=4,
+    model=dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=16,
+        qk_norm=True,
+        tie_embeddings=True,
+    ),
 )
 
 

@@ -69,10 +69,19 @@ def test_a_draft_model_must_share_the_tokenizer(tmp_path) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     vocab = {"a": 0, "b": 1, "<unk>": 2}
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
-                                        eos_token="<unk>")
-    config = LlamaConfig(vocab_size=3, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=1, head_dim=8, eos_token_id=2)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")), eos_token="<unk>"
+    )
+    config = LlamaConfig(
+        vocab_size=3,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        eos_token_id=2,
+    )
     LlamaForCausalLM(config).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     with pytest.raises(UserError, match="another tokenizer than model 'tiny-random-ar'"):
@@ -84,14 +93,19 @@ def test_a_draft_model_must_share_the_tokenizer(tmp_path) -> None:
         build_suite({}, {"models": "tiny-random-ar", "proposers": f"draft-model:{tmp_path}"})
 
 
-@pytest.mark.parametrize("flags, message", [
-    ({"proposers": "draft-model"}, "needs a model: draft-model:NAME"),
-    ({"proposers": "draft-model:tiny-random:sdar"}, "not an autoregressive model"),
-    ({"proposers": "prompt-lookup", "ar_sampling": "rejection"}, "needs the draft distributions q"),
-    ({"models": "tiny-random:sdar", "proposers": "confidence", "ar_sampling": "rejection"},
-     "is for autoregressive targets"),
-    ({"ar_sampling": "both"}, "must be coupled or rejection"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ({"proposers": "draft-model"}, "needs a model: draft-model:NAME"),
+        ({"proposers": "draft-model:tiny-random:sdar"}, "not an autoregressive model"),
+        ({"proposers": "prompt-lookup", "ar_sampling": "rejection"}, "needs the draft distributions q"),
+        (
+            {"models": "tiny-random:sdar", "proposers": "confidence", "ar_sampling": "rejection"},
+            "is for autoregressive targets",
+        ),
+        ({"ar_sampling": "both"}, "must be coupled or rejection"),
+    ],
+)
 def test_bad_settings_are_one_line(flags, message) -> None:
     with pytest.raises(UserError, match=message):
         build_suite({}, {"models": "tiny-random-ar", "proposers": "draft-model:tiny-random-ar:1"} | flags)
@@ -100,7 +114,21 @@ def test_bad_settings_are_one_line(flags, message) -> None:
 def test_the_cli_refuses_rejection_mode_without_q_in_one_line(capsys) -> None:
     from spotbench.cli import main
 
-    assert main(["decode", "--model", "tiny-random-ar", "--proposer", "prompt-lookup", "--prompt", "hi",
-                 "--ar-sampling", "rejection"]) == 2
+    assert (
+        main(
+            [
+                "decode",
+                "--model",
+                "tiny-random-ar",
+                "--proposer",
+                "prompt-lookup",
+                "--prompt",
+                "hi",
+                "--ar-sampling",
+                "rejection",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "needs the draft distributions q" in err and "Traceback" not in err

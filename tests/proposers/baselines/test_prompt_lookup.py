@@ -25,11 +25,12 @@ def drafted(context: list[int], budget: int) -> list[int]:
 @settings(max_examples=300, deadline=None)
 @given(context=st.lists(st.integers(0, 5), min_size=1, max_size=40), budget=st.integers(1, 10))
 def test_drafts_what_transformers_prompt_lookup_proposes(context, budget):
-    reference = PromptLookupCandidateGenerator(num_output_tokens=budget, max_matching_ngram_size=MAX_NGRAM,
-                                               max_length=10_000)
+    reference = PromptLookupCandidateGenerator(
+        num_output_tokens=budget, max_matching_ngram_size=MAX_NGRAM, max_length=10_000
+    )
     ids = torch.tensor([context])
     candidates, _ = reference.get_candidates(ids)
-    assert drafted(context, budget) == candidates[0, len(context):].tolist()
+    assert drafted(context, budget) == candidates[0, len(context) :].tolist()
 
 
 def test_the_longest_ngram_and_its_first_occurrence_win():

@@ -56,8 +56,13 @@ def test_gate_off_is_the_base_model_bitwise():
 
 def test_a_drafter_for_other_weights_is_refused(tmp_path):
     drafter = GatedLoRAModel(tiny(0).model, rank=4, alpha=8.0)
-    meta = {"base": "tiny-random-ar:0", "base_hash": weights_hash(tiny(0).model), "rank": 4, "alpha": 8.0,
-            "max_block": 4}
+    meta = {
+        "base": "tiny-random-ar:0",
+        "base_hash": weights_hash(tiny(0).model),
+        "rank": 4,
+        "alpha": 8.0,
+        "max_block": 4,
+    }
     save_drafter(drafter, tmp_path, meta)
     assert load_drafter(tmp_path, tiny(0).model).rank == 4
     assert weights_hash(tiny(0).exact().model) == weights_hash(tiny(0).model)  # float64 copy: same weights

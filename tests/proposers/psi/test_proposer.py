@@ -38,8 +38,10 @@ def random_drafter(base: torch.nn.Module) -> GatedLoRAModel:
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("make", [lambda d: PsiLinear(d), lambda d: PsiLinear(d, 3), lambda d: PsiTree(d, 5, 3),
-                                  lambda d: PsiTree(d, 4, 2, 6)])
+@pytest.mark.parametrize(
+    "make",
+    [lambda d: PsiLinear(d), lambda d: PsiLinear(d, 3), lambda d: PsiTree(d, 5, 3), lambda d: PsiTree(d, 4, 2, 6)],
+)
 def test_token_exact_against_plain_decoding(temperature, make):
     target = tiny()
     for drafter in (GatedLoRAModel(target.model, 4, 8.0), random_drafter(target.model)):
@@ -95,11 +97,18 @@ def test_the_tree_is_prefix_closed_best_first_and_sized():
 
 def test_registry_settings_and_model_check(tmp_path):
     drafter = GatedLoRAModel(tiny().model, rank=4, alpha=8.0)
-    save_drafter(drafter, tmp_path, {"base": "tiny-random-ar:0", "base_hash": weights_hash(tiny().model), "rank": 4,
-                                     "alpha": 8.0, "max_block": 4})
+    save_drafter(
+        drafter,
+        tmp_path,
+        {"base": "tiny-random-ar:0", "base_hash": weights_hash(tiny().model), "rank": 4, "alpha": 8.0, "max_block": 4},
+    )
     assert check_proposer(f"psi-tree:{tmp_path}:B=5,K=2,V=9").trained_on == "tiny-random-ar:0"
-    for bad, words in [(":B=6", "B=6 is out of range 1..5"), (":V=0", "V=0 is out of range"),
-                       (":K=2", "cannot parse 'K=2'"), (":X=1", "cannot parse")]:
+    for bad, words in [
+        (":B=6", "B=6 is out of range 1..5"),
+        (":V=0", "V=0 is out of range"),
+        (":K=2", "cannot parse 'K=2'"),
+        (":X=1", "cannot parse"),
+    ]:
         name = "psi-linear" if bad == ":K=2" else "psi-tree"
         with pytest.raises(UserError, match=words):
             check_proposer(f"{name}:{tmp_path}{bad}")

@@ -94,8 +94,10 @@ def test_a_graph_of_rank_zero_chains_is_the_confidence_proposer(rule, temperatur
 
 def wrong_ranks(calibration: SpiffyCalibration) -> SpiffyCalibration:
     """The same graph drafting token rank j + 40: tokens a target practically never commits."""
-    graphs = {t: DraftGraph(tuple(tuple((i, j + 40) for i, j in p) for p in g.patterns), g.counts, g.roots)
-              for t, g in calibration.graphs.items()}
+    graphs = {
+        t: DraftGraph(tuple(tuple((i, j + 40) for i, j in p) for p in g.patterns), g.counts, g.roots)
+        for t, g in calibration.graphs.items()
+    }
     return SpiffyCalibration(calibration.provenance, graphs)
 
 
@@ -142,8 +144,10 @@ def sdar_a_plains(temperature: float) -> tuple:
     task = get_task("gsm8k", num_fewshot=0)
     rule = parse_rule("top1", target.family, target.mask_id)
     configs = [DecodeConfig(rule, 64, 32, temperature, i) for i in range(3)]
-    plains = [plain_decode(target, prompt_ids(task, s, target.tokenizer), c, keep_logits=True)
-              for s, c in zip(task.load("test", limit=3), configs)]
+    plains = [
+        plain_decode(target, prompt_ids(task, s, target.tokenizer), c, keep_logits=True)
+        for s, c in zip(task.load("test", limit=3), configs)
+    ]
     return plains, configs
 
 
@@ -198,10 +202,13 @@ def test_a_graph_for_another_model_or_block_length_is_refused():
         check_arm_for_model("spiffy:spiffy-sdar-a", "sdar-a", 16)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--models", "sdar-b"], "spiffy was calibrated for model 'sdar-a', not 'sdar-b'"),
-    (["--block-length", "16", "--gen-length", "32"], "spiffy was calibrated at block length 32, not 16"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--models", "sdar-b"], "spiffy was calibrated for model 'sdar-a', not 'sdar-b'"),
+        (["--block-length", "16", "--gen-length", "32"], "spiffy was calibrated at block length 32, not 16"),
+    ],
+)
 def test_run_refuses_a_mismatched_graph_before_anything_starts(tmp_path, capsys, args, message):
     out = tmp_path / "run"
     assert main(["run", "--proposers", "confidence,spiffy", "--limit", "1", "--output", str(out), *args]) == 2
@@ -210,10 +217,13 @@ def test_run_refuses_a_mismatched_graph_before_anything_starts(tmp_path, capsys,
     assert not out.exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--model", "sdar-b", "--block-length", "32"], "spiffy was calibrated for model 'sdar-a', not 'sdar-b'"),
-    (["--model", "sdar-a", "--block-length", "16"], "spiffy was calibrated at block length 32, not 16"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model", "sdar-b", "--block-length", "32"], "spiffy was calibrated for model 'sdar-a', not 'sdar-b'"),
+        (["--model", "sdar-a", "--block-length", "16"], "spiffy was calibrated at block length 32, not 16"),
+    ],
+)
 def test_decode_refuses_a_mismatched_graph(capsys, args, message):
     assert main(["decode", "--prompt", "1+1=", "--proposer", "spiffy", *args]) == 2
     captured = capsys.readouterr()
@@ -221,12 +231,15 @@ def test_decode_refuses_a_mismatched_graph(capsys, args, message):
     assert err.startswith("spotbench: error: ") and message in err and "\n" not in err and not captured.out
 
 
-@pytest.mark.parametrize("tasks, message", [
-    ("gsm8k/test:5", "must not come from a test split"),
-    ("arith:3,mbpp/test:2", "must not come from a test split"),
-    ("humaneval:2", "has no calibration split 'train'"),
-    ("gsm8k", "expected TASK[/SPLIT]:N"),
-])
+@pytest.mark.parametrize(
+    "tasks, message",
+    [
+        ("gsm8k/test:5", "must not come from a test split"),
+        ("arith:3,mbpp/test:2", "must not come from a test split"),
+        ("humaneval:2", "has no calibration split 'train'"),
+        ("gsm8k", "expected TASK[/SPLIT]:N"),
+    ],
+)
 def test_calibrate_refuses_test_splits_in_one_line(tmp_path, capsys, tasks, message):
     out = tmp_path / "graph"
     assert main(["calibrate-spiffy", "--model", "tiny-random:sdar", "--out", str(out), "--tasks", tasks]) == 2
@@ -236,8 +249,20 @@ def test_calibrate_refuses_test_splits_in_one_line(tmp_path, capsys, tasks, mess
 
 
 def test_calibrate_is_deterministic_and_records_its_provenance(tmp_path, capsys):
-    args = ["--model", "tiny-random:sdar", "--tasks", "arith:2", "--temperatures", "0,1", "--block-length", "8",
-            "--gen-length", "16", "--nodes", "6"]
+    args = [
+        "--model",
+        "tiny-random:sdar",
+        "--tasks",
+        "arith:2",
+        "--temperatures",
+        "0,1",
+        "--block-length",
+        "8",
+        "--gen-length",
+        "16",
+        "--nodes",
+        "6",
+    ]
     for name in ("a", "b"):
         assert main(["calibrate-spiffy", "--out", str(tmp_path / name), *args]) == 0
     first, second = ((tmp_path / name / "spiffy.json").read_text() for name in ("a", "b"))
@@ -245,7 +270,12 @@ def test_calibrate_is_deterministic_and_records_its_provenance(tmp_path, capsys)
     data = json.loads(first)
     assert data["provenance"]["prompts"] == ["arith/train/0", "arith/train/1"]
     assert {k: data["provenance"][k] for k in ("target", "block_length", "gen_length", "rule", "temperatures")} == {
-        "target": "tiny-random:sdar", "block_length": 8, "gen_length": 16, "rule": "top1", "temperatures": [0.0, 1.0]}
+        "target": "tiny-random:sdar",
+        "block_length": 8,
+        "gen_length": 16,
+        "rule": "top1",
+        "temperatures": [0.0, 1.0],
+    }
     assert set(data["graphs"]) == {"0", "1"} and all(len(g["nodes"]) <= 6 for g in data["graphs"].values())
     assert "git_revision" in data["provenance"]
     SpiffyCalibration.load(tmp_path / "a").save(tmp_path / "c")

@@ -25,16 +25,21 @@ def test_collected_trajectory_is_plain_decoding_and_examples_are_consistent(fami
     plain = plain_decode(target, PROMPT, cfg)
     assert positions == [t.positions[0] for t in plain.steps]
     # per block, its committed positions in order: the prompt's tail (absolute block grid) first
-    blocks = [(b.start != target.mask_id).nonzero().squeeze(1).tolist() + positions[b.first : b.end]
-              for b in plain.blocks(target.mask_id)]
+    blocks = [
+        (b.start != target.mask_id).nonzero().squeeze(1).tolist() + positions[b.first : b.end]
+        for b in plain.blocks(target.mask_id)
+    ]
     for ages, depth, label in zip(views.ages.long(), views.depth.tolist(), views.label.tolist()):
         made = int((ages != MASKED).sum())
         recent = [int((ages == k).nonzero()) for k in range(min(made, depth + 1))][::-1]
         assert made >= depth and int(((ages >= 0) & (ages <= depth)).sum()) == len(recent)
         # some block's true order: the commits so far, the latest of them (the root's last and the
         # path) in order, then the label
-        assert any(sorted(b[:made]) == sorted((ages != MASKED).nonzero().squeeze(1).tolist())
-                   and b[made - len(recent) : made + 1] == recent + [label] for b in blocks)
+        assert any(
+            sorted(b[:made]) == sorted((ages != MASKED).nonzero().squeeze(1).tolist())
+            and b[made - len(recent) : made + 1] == recent + [label]
+            for b in blocks
+        )
     block_start = (views.ages == MASKED).all(1) & (views.depth == 0)
     # full attention hands the next block's logits over as a stale view with nothing committed
     assert bool(block_start.any()) == (not target.family.caches_finished_blocks)

@@ -82,8 +82,13 @@ def test_an_ensemble_is_the_mixture_of_its_members_joint_distributions_and_stays
     target = exact_target("sdar")
     req = request(target, 1.0, 5)
     view = StaleView.of(req.stale, 1.0, target.mask_id)
-    inputs = (static_features(view)[None], candidates(view, req.noise(req.step), req.rule).features[None],
-              root_ages(req.root, target.mask_id, req.history, 16)[None], torch.tensor([0]), torch.tensor([1.0]))
+    inputs = (
+        static_features(view)[None],
+        candidates(view, req.noise(req.step), req.rule).features[None],
+        root_ages(req.root, target.mask_id, req.history, 16)[None],
+        torch.tensor([0]),
+        torch.tensor([1.0]),
+    )
     members = [random_net(0), random_net(7)]
     position, token = SpotEnsemble(members)(*inputs)
     outputs = [(p.exp(), t.exp()) for p, t in (net(*inputs) for net in members)]
@@ -185,7 +190,9 @@ def test_where_a_flip_is_as_likely_as_not_the_runner_up_is_drafted_beside_the_ca
     (position,) = first.positions
     tree = SpotProposer(net).propose(req)
     assert [(n.parent, n.transition.positions[0], n.transition.tokens[0]) for n in tree.nodes] == [
-        (0, position, int(drafted.tokens[position])), (0, position, int(drafted.runner_up[position]))]
+        (0, position, int(drafted.tokens[position])),
+        (0, position, int(drafted.runner_up[position])),
+    ]
 
 
 def test_where_the_head_expects_neither_candidate_the_greedy_token_is_drafted():
@@ -265,14 +272,23 @@ def plain_node_features(candidate: torch.Tensor, ages: torch.Tensor, depth: torc
         return (s - s.max(-1, keepdim=True).values).nan_to_num(0.0).clamp_min(-GAP_SCALE).masked_fill(committed, 0.0)
 
     latest = offset_to(ages == 0)
-    return torch.stack([
-        gap(0) / GAP_SCALE, gap(3) / GAP_SCALE, (rank == 0).float(), rank / 7,
-        masked.float().mean(-1, keepdim=True).expand_as(latest),
-        torch.nn.functional.pad(committed, (1, 0), value=True)[..., :-1].float(),
-        torch.nn.functional.pad(committed, (0, 1), value=False)[..., 1:].float(),
-        (masked & (masked.cumsum(-1) == 1)).float(), (latest.abs() * 8 == 1).float(), latest,
-        offset_to(ages == 1), (committed & (ages <= depth[:, None])).float(),
-    ], -1)
+    return torch.stack(
+        [
+            gap(0) / GAP_SCALE,
+            gap(3) / GAP_SCALE,
+            (rank == 0).float(),
+            rank / 7,
+            masked.float().mean(-1, keepdim=True).expand_as(latest),
+            torch.nn.functional.pad(committed, (1, 0), value=True)[..., :-1].float(),
+            torch.nn.functional.pad(committed, (0, 1), value=False)[..., 1:].float(),
+            (masked & (masked.cumsum(-1) == 1)).float(),
+            (latest.abs() * 8 == 1).float(),
+            latest,
+            offset_to(ages == 1),
+            (committed & (ages <= depth[:, None])).float(),
+        ],
+        -1,
+    )
 
 
 def random_nodes(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -326,8 +342,9 @@ def test_the_searchs_forward_is_the_module_forward_bit_for_bit(name):
             full, masked_only = net(*inputs), net(*inputs, masked_only=True)
         masked = ages == MASKED
         assert torch.allclose(full[0], expected[0], atol=1e-5, equal_nan=True)
-        bits = [(position.view(torch.int32), token[masked].view(torch.int32))
-                for position, token in (full, masked_only)]
+        bits = [
+            (position.view(torch.int32), token[masked].view(torch.int32)) for position, token in (full, masked_only)
+        ]
         assert torch.equal(bits[0][0], bits[1][0]) and torch.equal(bits[0][1], bits[1][1])
         skipped += int(masked.sum()) >= MIN_ROWS and not masked.all()
     assert skipped > 10
@@ -418,8 +435,9 @@ def test_trained_spot_on_zoo_targets_is_exact_and_accepts_drafts(name, temperatu
     from proposers.spot.network import zoo_spot
 
     target = load_target(name).exact()
-    prompt = target.tokenizer.encode("Question: Tom has 3 apples and buys 4 more. How many?\nAnswer:",
-                                     add_special_tokens=False)
+    prompt = target.tokenizer.encode(
+        "Question: Tom has 3 apples and buys 4 more. How many?\nAnswer:", add_special_tokens=False
+    )
     cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 32, 32, temperature, 1)
     reference = plain_decode(target, prompt, cfg)
     spec = speculative_decode(target, prompt, SpotProposer(zoo_spot()), cfg, 8)

@@ -27,9 +27,19 @@ def jobs_for(recipe: SpotRecipe, target) -> list:
 
 def tiny_recipe(**fields) -> SpotRecipe:
     """A recipe that collects and trains in seconds on a tiny target; `fields` override its values."""
-    recipe = SpotRecipe(name="t", target="tiny-random:sdar", tasks={"arith": 2}, temperatures=(0.0,),
-                        gen_length=16, block_length=8, steps=2, batch_size=8, warmup_steps=1,
-                        validation_fraction=0.5, model={"width": 16, "layers": 1, "heads": 2, "ffn": 32})
+    recipe = SpotRecipe(
+        name="t",
+        target="tiny-random:sdar",
+        tasks={"arith": 2},
+        temperatures=(0.0,),
+        gen_length=16,
+        block_length=8,
+        steps=2,
+        batch_size=8,
+        warmup_steps=1,
+        validation_fraction=0.5,
+        model={"width": 16, "layers": 1, "heads": 2, "ffn": 32},
+    )
     return dataclasses.replace(recipe, **fields)
 
 
@@ -107,8 +117,9 @@ def test_training_seed_reseeds_the_network_but_keeps_the_data_and_split(tmp_path
         if training_seed is not None:  # shares the first run's collection, as the field's docstring says
             (run / DATA_FILE).symlink_to(tmp_path / "runNone" / DATA_FILE)
         changed = dataclasses.replace(recipe, training_seed=training_seed)
-        reports[training_seed] = train(changed, target, jobs_for(changed, target), run,
-                                       tmp_path / f"out{training_seed}")
+        reports[training_seed] = train(
+            changed, target, jobs_for(changed, target), run, tmp_path / f"out{training_seed}"
+        )
     weights = {k: (tmp_path / f"out{k}" / WEIGHTS_FILE).read_bytes() for k in reports}
     assert weights[None] == weights[0] and weights[1] != weights[0]
     assert reports[1]["provenance"]["training_seed"] == 1 and reports[1]["provenance"]["seed"] == 0
@@ -152,11 +163,14 @@ def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch):
     assert at_depth_0[0.01] > 0.9 and at_depth_0[1.0] < 0.5
 
 
-@pytest.mark.parametrize("line, error", [
-    ("depth_decay: 0", r"depth_decay must be in \(0, 1\], not 0"),
-    ("steps: 10\naverage_from: 10", r"average_from must be a step in \[0, steps\) = \[0, 10\), not 10"),
-    ("distill_weight: 1.5", r"distill_weight must be in \[0, 1\], not 1.5"),
-])
+@pytest.mark.parametrize(
+    "line, error",
+    [
+        ("depth_decay: 0", r"depth_decay must be in \(0, 1\], not 0"),
+        ("steps: 10\naverage_from: 10", r"average_from must be a step in \[0, steps\) = \[0, 10\), not 10"),
+        ("distill_weight: 1.5", r"distill_weight must be in \[0, 1\], not 1.5"),
+    ],
+)
 def test_recipe_rejects_out_of_range_fields(tmp_path, line, error):
     from harness.errors import UserError
 
@@ -181,8 +195,13 @@ def test_init_checkpoint_starts_the_run_from_its_weights(tmp_path):
     with pytest.raises(UserError, match="make the recipe's model match it"):
         train(wider, target, jobs_for(wider, target), tmp_path / "run-wider", tmp_path / "wider")
     with pytest.raises(UserError, match="holds no SPOT checkpoint"):
-        train(dataclasses.replace(recipe, init_checkpoint=str(tmp_path)), target, [], tmp_path / "run-none",
-              tmp_path / "x")
+        train(
+            dataclasses.replace(recipe, init_checkpoint=str(tmp_path)),
+            target,
+            [],
+            tmp_path / "run-none",
+            tmp_path / "x",
+        )
 
 
 def test_average_from_holds_the_learning_rate_and_saves_the_mean_of_the_later_weights(tmp_path, monkeypatch):
@@ -267,8 +286,13 @@ def test_teachers_pull_the_student_towards_their_mixture(tmp_path):
 
     reports = {}
     for weight in (0.0, 1.0):
-        taught = dataclasses.replace(recipe, init_checkpoint=str(tmp_path / "trained"), training_seed=1,
-                                     teachers=(str(tmp_path / "teacher"),), distill_weight=weight)
+        taught = dataclasses.replace(
+            recipe,
+            init_checkpoint=str(tmp_path / "trained"),
+            training_seed=1,
+            teachers=(str(tmp_path / "teacher"),),
+            distill_weight=weight,
+        )
         run = tmp_path / f"run{weight}"
         run.mkdir()
         (run / DATA_FILE).symlink_to(tmp_path / "run" / DATA_FILE)
@@ -289,8 +313,11 @@ ZOO_PROPOSERS = Path(__file__).resolve().parents[3] / "zoo" / "proposers"
 
 def committed_recipes() -> list[SpotRecipe]:
     """SPOT's committed recipes (a recipe that names a rule is SPOT-Sets': tests/proposers/spot_sets/test_zoo.py)."""
-    return [SpotRecipe.load(path) for path in sorted(ZOO_PROPOSERS.rglob("*.yaml"))
-            if "rule" not in read_mapping(path, "recipe")]
+    return [
+        SpotRecipe.load(path)
+        for path in sorted(ZOO_PROPOSERS.rglob("*.yaml"))
+        if "rule" not in read_mapping(path, "recipe")
+    ]
 
 
 def test_every_committed_recipe_loads_and_names_committed_checkpoints():

@@ -61,14 +61,20 @@ def reference_tree(net: torch.nn.Module, request: DraftRequest, perturb: str | N
             left = int((ages[parent] == MASKED).sum())
             if left <= 1:
                 continue
-            position_logp, token_logp = net(static, at_depth(depth).features[None], ages[parent][None],
-                                            torch.tensor([depth + (perturb == "depth")]), torch.tensor([temperature]))
+            position_logp, token_logp = net(
+                static,
+                at_depth(depth).features[None],
+                ages[parent][None],
+                torch.tensor([depth + (perturb == "depth")]),
+                torch.tensor([temperature]),
+            )
             best = position_logp[0].topk(left if perturb == "truncation" else min(left, budget - len(nodes)))
             for value, child in zip(best.values.tolist(), best.indices.tolist()):
                 for choice, token_score in at_depth(depth).token_choices(token_logp[0], child):
                     counter += 1
-                    heapq.heappush(frontier, (neg_logp - value - token_score, sign * counter, parent, depth, child,
-                                              choice))
+                    heapq.heappush(
+                        frontier, (neg_logp - value - token_score, sign * counter, parent, depth, child, choice)
+                    )
             continue
         token = at_depth(depth).token(choice, position)
         nodes.append(DraftNode(parent, Transition((position,), (token,))))
@@ -99,8 +105,7 @@ def random_request(seed: int, vocab: int = 64) -> DraftRequest:
     temperature = rng.choice([0.0, 1.0])
     noise = NoiseSource(rng.randrange(1000), size, vocab) if temperature > 0 else None
     rule = parse_rule("top1", FAMILIES[rng.choice(["sdar", "dream"])], mask_id)  # prob, tempered_prob
-    return DraftRequest(stale, root, rng.randrange(100), noise, rule, temperature, rng.randint(1, 16),
-                        tuple(committed))
+    return DraftRequest(stale, root, rng.randrange(100), noise, rule, temperature, rng.randint(1, 16), tuple(committed))
 
 
 @functools.cache
@@ -112,8 +117,12 @@ def nets() -> dict[str, torch.nn.Module]:
     sharp.load_state_dict(random_net(0).state_dict())
     with torch.no_grad():
         sharp.token_head.weight.mul_(5)
-    return {"random": random_net(0), "sharp": sharp, "zoo": zoo_spot(),
-            "ensemble": SpotEnsemble([random_net(1), random_net(2)])}
+    return {
+        "random": random_net(0),
+        "sharp": sharp,
+        "zoo": zoo_spot(),
+        "ensemble": SpotEnsemble([random_net(1), random_net(2)]),
+    }
 
 
 @pytest.mark.parametrize("lookahead", [1, 3, 16])
@@ -175,8 +184,9 @@ def test_a_perturbed_search_fails_the_equality(perturb):
 def test_the_tree_is_the_batch_1_searchs_on_every_pass_of_a_zoo_decode(name, temperature):
     # Real stale views (sharp, with near-ties) and the zoo checkpoint, pass by pass.
     target = load_target(name)
-    prompt = target.tokenizer.encode("Question: Tom has 3 apples and buys 4 more. How many?\nAnswer:",
-                                     add_special_tokens=False)
+    prompt = target.tokenizer.encode(
+        "Question: Tom has 3 apples and buys 4 more. How many?\nAnswer:", add_special_tokens=False
+    )
     net, passes = zoo_spot(), []
 
     class Checked:

@@ -82,8 +82,10 @@ def median_tau(family: str, temperature: float, prompt: int, seed: int) -> float
     cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, temperature, seed)
     plain = plain_decode(target, PROMPTS[prompt], cfg, keep_logits=True)
     tempered = temperature if temperature > 0 and cfg.rule.confidence == "tempered_prob" else 1.0
-    confidences = [float((logits.double() / tempered).softmax(-1)[t.positions[0], t.tokens[0]])
-                   for logits, t in zip(plain.pass_logits, plain.steps)]
+    confidences = [
+        float((logits.double() / tempered).softmax(-1)[t.positions[0], t.tokens[0]])
+        for logits, t in zip(plain.pass_logits, plain.steps)
+    ]
     return sorted(confidences)[len(confidences) // 2]
 
 
@@ -151,8 +153,13 @@ def test_a_silent_network_drafts_the_confidence_set_transition_first(temperature
 
 
 def brute_force(children: Children) -> list[float]:
-    return sorted((sum(children.variables[v][r][0] - children.variables[v][0][0] for v, r in enumerate(ranks))
-                   for ranks in itertools.product(*(range(len(v)) for v in children.variables))), reverse=True)
+    return sorted(
+        (
+            sum(children.variables[v][r][0] - children.variables[v][0][0] for v, r in enumerate(ranks))
+            for ranks in itertools.product(*(range(len(v)) for v in children.variables))
+        ),
+        reverse=True,
+    )
 
 
 def enumerate_all(children: Children) -> list[float]:
@@ -196,8 +203,9 @@ def test_unsorted_variables_break_the_order():
 def test_top1_and_non_probability_confidence_fall_back_to_the_confidence_chain():
     target = exact_target("sdar")
     req = request(target, 1.0, 6, tau=0.3)
-    top1 = DraftRequest(req.stale, req.root, req.step, req.noise, parse_rule("top1", target.family, target.mask_id),
-                        1.0, 6, req.history)
+    top1 = DraftRequest(
+        req.stale, req.root, req.step, req.noise, parse_rule("top1", target.family, target.mask_id), 1.0, 6, req.history
+    )
     assert SpotSetsProposer(random_net()).propose(top1) == ConfidenceProposer().propose(top1)
     assert SpotSetsProposer(random_net()).propose(req) != ConfidenceProposer().propose(req)
     assert SpotSetsProposer(random_net()).propose(DraftRequest(None, req.root, 0, None, req.rule, 0.0, 8)).nodes == ()
@@ -216,8 +224,9 @@ def test_calibration_blends_the_network_with_the_stale_rule():
     assert torch.isclose(flat.exp().sum(), torch.tensor(1.0))
     # large rule weights hand the argmax to the stale view's most confident position, the commit
     # decision to its threshold and the token to the candidate (TOP)
-    ruled, decided, tops = Calibration(1e-3, 0.0, 50.0, 1e3, 50.0, 1e3, 50.0).apply(position, commit, token, gap,
-                                                                                     odds_gap)
+    ruled, decided, tops = Calibration(1e-3, 0.0, 50.0, 1e3, 50.0, 1e3, 50.0).apply(
+        position, commit, token, gap, odds_gap
+    )
     assert int(ruled.argmax()) == 1 and (decided > 0).tolist() == [[True, False, True]]
     assert (tops.argmax(-1) == TOP).all() and torch.allclose(tops.exp().sum(-1), torch.ones(1, 3))
 
@@ -251,8 +260,14 @@ def test_the_network_runs_on_any_block_length():
     for size in (4, 32, 96):
         ages = torch.full((2, size), -1)
         ages[1, 0] = 0
-        position, commit, token = net(torch.rand(2, size, 11), torch.rand(2, size, 7), ages, torch.tensor([0, 3]),
-                                      torch.zeros(2), torch.tensor([0.9, 0.5]))
+        position, commit, token = net(
+            torch.rand(2, size, 11),
+            torch.rand(2, size, 7),
+            ages,
+            torch.tensor([0, 3]),
+            torch.zeros(2),
+            torch.tensor([0.9, 0.5]),
+        )
         assert position.shape == commit.shape == (2, size) and token.shape == (2, size, 3)
         assert torch.allclose(position.exp().sum(-1), torch.ones(2)) and position[1, 0] == -torch.inf
 
@@ -270,13 +285,19 @@ def checkpoints(tmp_path):
     """A SPOT-Sets folder trained (so it says) on tiny-random:sdar at threshold:0.9, and a copy
     calibrated for tiny-random:llada at threshold:0.8."""
     trained = tmp_path / "trained"
-    save_spot_sets(random_net(), trained, {"provenance": {"target": "tiny-random:sdar", "rule": "threshold:0.9",
-                                                          "tau": 0.9}})
+    save_spot_sets(
+        random_net(), trained, {"provenance": {"target": "tiny-random:sdar", "rule": "threshold:0.9", "tau": 0.9}}
+    )
     calibrated = tmp_path / "calibrated"
     save_spot_sets(random_net(), calibrated, read_meta(trained))
-    (calibrated / CALIBRATION_FILE).write_text(json.dumps({
-        "calibration": {"commit_scale": 1.5}, "provenance": {"target": "tiny-random:llada", "rule": "threshold:0.8",
-                                                             "tau": 0.8}}))
+    (calibrated / CALIBRATION_FILE).write_text(
+        json.dumps(
+            {
+                "calibration": {"commit_scale": 1.5},
+                "provenance": {"target": "tiny-random:llada", "rule": "threshold:0.8", "tau": 0.8},
+            }
+        )
+    )
     return trained, calibrated
 
 
@@ -292,15 +313,24 @@ def test_a_checkpoint_runs_under_its_tau_on_any_model_and_a_calibration_under_it
     assert build_proposer(trained, exact_target("sdar"), None).calibration is None
 
 
-@pytest.mark.parametrize("which, model, rules, message", [
-    (0, "tiny-random:sdar", ["top1"], "was trained for threshold:0.9; rule 'top1' commits one position per step"),
-    (0, "tiny-random:sdar", ["threshold:0.9", "threshold:0.8"], "was trained for threshold:0.9, not threshold:0.8"),
-    (1, "tiny-random:llada", ["threshold:0.9"], "was calibrated for threshold:0.8, not threshold:0.9"),
-    (1, "tiny-random:llada", ["top1"], "was calibrated for threshold:0.8; rule 'top1'"),
-    (1, "tiny-random:sdar", ["threshold:0.8"], "was calibrated for model 'tiny-random:llada', not 'tiny-random:sdar'"),
-])
-def test_a_checkpoint_under_another_rule_or_a_calibration_on_another_model_is_refused(checkpoints, which, model,
-                                                                                      rules, message):
+@pytest.mark.parametrize(
+    "which, model, rules, message",
+    [
+        (0, "tiny-random:sdar", ["top1"], "was trained for threshold:0.9; rule 'top1' commits one position per step"),
+        (0, "tiny-random:sdar", ["threshold:0.9", "threshold:0.8"], "was trained for threshold:0.9, not threshold:0.8"),
+        (1, "tiny-random:llada", ["threshold:0.9"], "was calibrated for threshold:0.8, not threshold:0.9"),
+        (1, "tiny-random:llada", ["top1"], "was calibrated for threshold:0.8; rule 'top1'"),
+        (
+            1,
+            "tiny-random:sdar",
+            ["threshold:0.8"],
+            "was calibrated for model 'tiny-random:llada', not 'tiny-random:sdar'",
+        ),
+    ],
+)
+def test_a_checkpoint_under_another_rule_or_a_calibration_on_another_model_is_refused(
+    checkpoints, which, model, rules, message
+):
     with pytest.raises(UserError, match=re.escape(message)):
         check_arm_for_model(f"spot-sets:{checkpoints[which]}", model, 8, rules)
 
@@ -310,14 +340,32 @@ def test_a_folder_without_a_checkpoint_is_refused(tmp_path):
         check_proposer(f"spot-sets:{tmp_path}")
 
 
-@pytest.mark.parametrize("rules, message", [
-    ("top1", "commits one position per step"),
-    ("threshold:0.9,threshold:0.5", "was trained for threshold:0.9, not threshold:0.5"),
-])
+@pytest.mark.parametrize(
+    "rules, message",
+    [
+        ("top1", "commits one position per step"),
+        ("threshold:0.9,threshold:0.5", "was trained for threshold:0.9, not threshold:0.5"),
+    ],
+)
 def test_run_refuses_a_mismatched_rule_before_anything_starts(checkpoints, tmp_path, capsys, rules, message):
     out = tmp_path / "run"
-    args = ["run", "--models", "tiny-random:sdar", "--proposers", f"confidence,spot-sets:{checkpoints[0]}",
-            "--rules", rules, "--limit", "1", "--gen-length", "16", "--block-length", "8", "--output", str(out)]
+    args = [
+        "run",
+        "--models",
+        "tiny-random:sdar",
+        "--proposers",
+        f"confidence,spot-sets:{checkpoints[0]}",
+        "--rules",
+        rules,
+        "--limit",
+        "1",
+        "--gen-length",
+        "16",
+        "--block-length",
+        "8",
+        "--output",
+        str(out),
+    ]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("spotbench: error: ") and message in err and "\n" not in err
@@ -326,9 +374,23 @@ def test_run_refuses_a_mismatched_rule_before_anything_starts(checkpoints, tmp_p
 
 def test_run_refuses_a_calibration_for_another_model_before_anything_starts(checkpoints, tmp_path, capsys):
     out = tmp_path / "run"
-    args = ["run", "--models", "tiny-random:sdar", "--proposers", f"confidence,spot-sets:{checkpoints[1]}",
-            "--rules", "threshold:0.8", "--limit", "1", "--gen-length", "16", "--block-length", "8", "--output",
-            str(out)]
+    args = [
+        "run",
+        "--models",
+        "tiny-random:sdar",
+        "--proposers",
+        f"confidence,spot-sets:{checkpoints[1]}",
+        "--rules",
+        "threshold:0.8",
+        "--limit",
+        "1",
+        "--gen-length",
+        "16",
+        "--block-length",
+        "8",
+        "--output",
+        str(out),
+    ]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("spotbench: error: ") and "\n" not in err
@@ -336,29 +398,55 @@ def test_run_refuses_a_calibration_for_another_model_before_anything_starts(chec
     assert not out.exists()
 
 
-@pytest.mark.parametrize("which, model, rule, message", [
-    (0, "tiny-random:sdar", "top1", "commits one position per step"),
-    (0, "tiny-random:sdar", "threshold:0.5", "was trained for threshold:0.9, not threshold:0.5"),
-    (1, "tiny-random:sdar", "threshold:0.8", "was calibrated for model 'tiny-random:llada', not 'tiny-random:sdar'"),
-])
+@pytest.mark.parametrize(
+    "which, model, rule, message",
+    [
+        (0, "tiny-random:sdar", "top1", "commits one position per step"),
+        (0, "tiny-random:sdar", "threshold:0.5", "was trained for threshold:0.9, not threshold:0.5"),
+        (
+            1,
+            "tiny-random:sdar",
+            "threshold:0.8",
+            "was calibrated for model 'tiny-random:llada', not 'tiny-random:sdar'",
+        ),
+    ],
+)
 def test_decode_refuses_what_a_run_refuses(checkpoints, capsys, which, model, rule, message):
-    args = ["decode", "--prompt", "1+1=", "--model", model, "--proposer", f"spot-sets:{checkpoints[which]}",
-            "--rule", rule, "--gen-length", "16", "--block-length", "8"]
+    args = [
+        "decode",
+        "--prompt",
+        "1+1=",
+        "--model",
+        model,
+        "--proposer",
+        f"spot-sets:{checkpoints[which]}",
+        "--rule",
+        rule,
+        "--gen-length",
+        "16",
+        "--block-length",
+        "8",
+    ]
     assert main(args) == 2
     captured = capsys.readouterr()
     err = captured.err.strip()
     assert err.startswith("spotbench: error: ") and message in err and "\n" not in err and not captured.out
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--tasks", "arith/test:3"], "calibration prompts must not come from a test split"),
-    (["--tasks", "arith:30,gsm8k:21"], "at most 50 calibration prompts"),
-    (["--rule", "top1"], "SPOT-Sets is calibrated for a threshold rule"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--tasks", "arith/test:3"], "calibration prompts must not come from a test split"),
+        (["--tasks", "arith:30,gsm8k:21"], "at most 50 calibration prompts"),
+        (["--rule", "top1"], "SPOT-Sets is calibrated for a threshold rule"),
+    ],
+)
 def test_calibrate_refuses_test_splits_too_many_prompts_and_top1(checkpoints, tmp_path, capsys, args, message):
     out = tmp_path / "calibrated-copy"
-    assert main(["calibrate", f"spot-sets:{checkpoints[0]}", "--model", "tiny-random:llada", "--out", str(out),
-                 *args]) == 2
+    assert (
+        main(["calibrate", f"spot-sets:{checkpoints[0]}", "--model", "tiny-random:llada", "--out", str(out), *args])
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert err.startswith("spotbench: error: ") and message in err and "\n" not in err
     assert not out.exists()
@@ -366,20 +454,35 @@ def test_calibrate_refuses_test_splits_too_many_prompts_and_top1(checkpoints, tm
 
 @pytest.mark.slow
 def test_calibrate_writes_a_copy_with_its_calibration_and_provenance(checkpoints, tmp_path, capsys):
-    args = ["--model", "tiny-random:llada", "--tasks", "arith:2", "--rule", "threshold:0.013", "--block-length", "8",
-            "--gen-length", "16"]
+    args = [
+        "--model",
+        "tiny-random:llada",
+        "--tasks",
+        "arith:2",
+        "--rule",
+        "threshold:0.013",
+        "--block-length",
+        "8",
+        "--gen-length",
+        "16",
+    ]
     for name in ("a", "b"):
         assert main(["calibrate", f"spot-sets:{checkpoints[0]}", "--out", str(tmp_path / name), *args]) == 0
     first, second = ((tmp_path / name / CALIBRATION_FILE).read_text() for name in ("a", "b"))
     assert first == second  # deterministic
     record = json.loads(first)
     assert {k: record["provenance"][k] for k in ("target", "rule", "tau", "prompts", "temperatures")} == {
-        "target": "tiny-random:llada", "rule": "threshold:0.013", "tau": 0.013,
-        "prompts": ["arith/train/0", "arith/train/1"], "temperatures": [0.0, 1.0]}
+        "target": "tiny-random:llada",
+        "rule": "threshold:0.013",
+        "tau": 0.013,
+        "prompts": ["arith/train/0", "arith/train/1"],
+        "temperatures": [0.0, 1.0],
+    }
     assert record["provenance"]["checkpoint_provenance"]["target"] == "tiny-random:sdar"
     assert record["fit"]["after"]["loss"] < record["fit"]["before"]["loss"]
-    assert (tmp_path / "a" / "spot_sets.safetensors").read_bytes() == \
-        (checkpoints[0] / "spot_sets.safetensors").read_bytes()
+    assert (tmp_path / "a" / "spot_sets.safetensors").read_bytes() == (
+        checkpoints[0] / "spot_sets.safetensors"
+    ).read_bytes()
     check_arm_for_model(f"spot-sets:{tmp_path / 'a'}", "tiny-random:llada", 8, ["threshold:0.013"])
     assert main(["calibrate", "spot", "--model", "tiny-random:llada", "--out", str(tmp_path / "c")]) == 2
     assert "calibrates spot-sets checkpoints" in capsys.readouterr().err

@@ -29,9 +29,21 @@ TINY_MODEL = {"width": 16, "layers": 1, "heads": 2, "ffn": 32}
 def tiny_recipe(**fields) -> SpotSetsRecipe:
     """A recipe that collects and trains in seconds on a tiny target (a tau the random target's
     confidences cross at times, so sets of several positions occur); `fields` override it."""
-    recipe = SpotSetsRecipe(name="t", target="tiny-random:sdar", rule="threshold:0.02", tasks={"arith": 2},
-                            temperatures=(0.0,), gen_length=16, block_length=8, steps=2, batch_size=8,
-                            warmup_steps=1, validation_fraction=0.5, eval_every=1, model=TINY_MODEL)
+    recipe = SpotSetsRecipe(
+        name="t",
+        target="tiny-random:sdar",
+        rule="threshold:0.02",
+        tasks={"arith": 2},
+        temperatures=(0.0,),
+        gen_length=16,
+        block_length=8,
+        steps=2,
+        batch_size=8,
+        warmup_steps=1,
+        validation_fraction=0.5,
+        eval_every=1,
+        model=TINY_MODEL,
+    )
     return dataclasses.replace(recipe, **fields)
 
 
@@ -41,8 +53,10 @@ def median_tau(target, temperature: float) -> float:
     cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, temperature, 4)
     plain = plain_decode(target, PROMPT, cfg, keep_logits=True)
     tempered = temperature if temperature > 0 and cfg.rule.confidence == "tempered_prob" else 1.0
-    confidences = sorted(float((logits.double() / tempered).softmax(-1)[t.positions[0], t.tokens[0]])
-                         for logits, t in zip(plain.pass_logits, plain.steps))
+    confidences = sorted(
+        float((logits.double() / tempered).softmax(-1)[t.positions[0], t.tokens[0]])
+        for logits, t in zip(plain.pass_logits, plain.steps)
+    )
     return confidences[len(confidences) // 2]
 
 
@@ -54,8 +68,11 @@ def jobs_for(recipe: SpotSetsRecipe, target) -> list:
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_examples_are_the_sets_plain_threshold_decoding_commits(family, temperature):
     target = load_target(f"tiny-random:{family}")
-    recipe = tiny_recipe(target=f"tiny-random:{family}", rule=f"threshold:{median_tau(target, temperature)!r}",
-                         model={**TINY_MODEL, "max_depth": 5})
+    recipe = tiny_recipe(
+        target=f"tiny-random:{family}",
+        rule=f"threshold:{median_tau(target, temperature)!r}",
+        model={**TINY_MODEL, "max_depth": 5},
+    )
     views = collect(target, PROMPT, recipe, temperature, 4)
     rule = parse_rule(recipe.rule, target.family, target.mask_id)
     plain = plain_decode(target, PROMPT, DecodeConfig(rule, 16, 8, temperature, 4), keep_logits=True)
@@ -92,8 +109,12 @@ def test_training_is_deterministic_records_its_rule_and_a_learning_curve(tmp_pat
     assert (tmp_path / "out1" / WEIGHTS_FILE).read_bytes() == (tmp_path / "out2" / WEIGHTS_FILE).read_bytes()
     meta = json.loads((tmp_path / "out1" / CONFIG_FILE).read_text())
     assert {k: meta["provenance"][k] for k in ("target", "rule", "tau", "data", "generations")} == {
-        "target": "tiny-random:sdar", "rule": "threshold:0.02", "tau": 0.02, "data": ["arith/train"],
-        "generations": 4}
+        "target": "tiny-random:sdar",
+        "rule": "threshold:0.02",
+        "tau": 0.02,
+        "data": ["arith/train"],
+        "generations": 4,
+    }
     assert [point["step"] for point in meta["curve"]] == [0, 1, 2, 3]
     assert {"argmax", "set", "child", "rule_set", "loss"} <= set(meta["curve"][-1])
     assert load_spot_sets(tmp_path / "out1").config == SpotConfig(**TINY_MODEL)
@@ -127,12 +148,15 @@ def test_a_spot_checkpoint_starts_the_trunk_and_the_commit_head_starts_at_the_ru
         train(tiny_recipe(init_checkpoint=str(tmp_path)), target, [], tmp_path / "r2", tmp_path / "o2")
 
 
-@pytest.mark.parametrize("line, error", [
-    ("rule: top1", "rule must be threshold:TAU"),
-    ("rule: threshold:1.5", "rule must be threshold:TAU"),
-    ("depth_decay: 0", "depth_decay must be in (0, 1]"),
-    ("eval_every: 0", "eval_every must be a whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "line, error",
+    [
+        ("rule: top1", "rule must be threshold:TAU"),
+        ("rule: threshold:1.5", "rule must be threshold:TAU"),
+        ("depth_decay: 0", "depth_decay must be in (0, 1]"),
+        ("eval_every: 0", "eval_every must be a whole number >= 1"),
+    ],
+)
 def test_recipe_refuses_a_bad_rule_or_field(tmp_path, line, error):
     lines = ["name: t", "target: sdar-a", "rule: threshold:0.9", "tasks: {arith: 1}"]
     lines = [item for item in lines if item.split(":")[0] != line.split(":")[0]] + [line]

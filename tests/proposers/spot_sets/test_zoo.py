@@ -79,8 +79,9 @@ def test_committed_calibrations_are_the_zoo_checkpoint_fitted_to_their_target_on
             check_arm_for_model(f"spot-sets:{folder}", "sdar-a", 32, ["threshold:0.9"])
 
 
-@pytest.mark.parametrize("path", sorted((ZOO_PROPOSERS.parents[1] / "suites" / "threshold-table").glob("*.yaml")),
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", sorted((ZOO_PROPOSERS.parents[1] / "suites" / "threshold-table").glob("*.yaml")), ids=lambda p: p.stem
+)
 def test_threshold_table_suites_run_each_target_with_its_own_fitted_proposers(path):
     """Each suite is valid as a run checks it (every Spiffy graph and SPOT-Sets calibration fits its
     model, block length and rule), and pairs the learned proposer of its rule with both baselines."""

@@ -11,12 +11,15 @@ tasks: [arith]
 """
 
 
-@pytest.mark.parametrize("line, message", [
-    ("block_length: 1", "leaves the adapter nothing to learn"),
-    ("dtype: float16", "dtype Input should be 'float32' or 'bfloat16'"),
-    ("rank: 0", "rank"),
-    ("colour: red", "colour"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("block_length: 1", "leaves the adapter nothing to learn"),
+        ("dtype: float16", "dtype Input should be 'float32' or 'bfloat16'"),
+        ("rank: 0", "rank"),
+        ("colour: red", "colour"),
+    ],
+)
 def test_a_bad_recipe_is_one_line_and_nothing_is_written(tmp_path, capsys, line: str, message: str) -> None:
     recipe = tmp_path / "r.yaml"
     recipe.write_text(RECIPE + line + "\n")
@@ -45,15 +48,33 @@ def _tiny_conversion(folder) -> None:
     generator = torch.Generator().manual_seed(0)
     for parameter in adapter.lora_state(target.model).values():
         parameter.data = torch.randn(parameter.shape, generator=generator) * 0.2
-    save_converted(target, folder, {"base": "tiny-random-ar:1", "base_hash": adapter.weights_hash(base.model),
-                                    "rank": 4, "alpha": 8.0})
+    save_converted(
+        target,
+        folder,
+        {"base": "tiny-random-ar:1", "base_hash": adapter.weights_hash(base.model), "rank": 4, "alpha": 8.0},
+    )
 
 
 @pytest.mark.parametrize("temperature", ["0", "1"])
 def test_a_converted_folder_decodes_losslessly_through_the_cli(tmp_path, capsys, temperature: str) -> None:
     _tiny_conversion(tmp_path / "conv")
-    args = ["decode", "--model", str(tmp_path / "conv"), "--prompt", "abc", "--proposer", "confidence",
-            "--budget", "4", "--gen-length", "10", "--block-length", "4", "--temperature", temperature]
+    args = [
+        "decode",
+        "--model",
+        str(tmp_path / "conv"),
+        "--prompt",
+        "abc",
+        "--proposer",
+        "confidence",
+        "--budget",
+        "4",
+        "--gen-length",
+        "10",
+        "--block-length",
+        "4",
+        "--temperature",
+        temperature,
+    ]
     assert main(args) == 0
     assert "lossless: exact" in capsys.readouterr().out
 

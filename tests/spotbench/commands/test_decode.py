@@ -12,8 +12,24 @@ SMALL = ["--gen-length", "16", "--block-length", "8"]
 def test_json_has_both_arms_and_the_verdict(capsys, tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("What is 2+2?\n\nName a colour.\n")
-    status = main(["decode", "--model", "tiny-random:llada", "--proposer", "oracle", "--budget", "3",
-                   "--temperature", "1.0", "--prompts", str(prompts), "--exact", "--json", *SMALL])
+    status = main(
+        [
+            "decode",
+            "--model",
+            "tiny-random:llada",
+            "--proposer",
+            "oracle",
+            "--budget",
+            "3",
+            "--temperature",
+            "1.0",
+            "--prompts",
+            str(prompts),
+            "--exact",
+            "--json",
+            *SMALL,
+        ]
+    )
     assert status == 0
     results = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["prompt"] for r in results] == ["What is 2+2?", "Name a colour."]
@@ -42,8 +58,10 @@ def test_table_output(capsys):
         (["--temperature", "inf"], "temperature"),
         (["--near-tie", "nan"], "--near-tie"),
         (["--temperature", "-1"], "temperature"),
-        (["--model", "tiny-random:llada", "--gen-length", "20", "--block-length", "8"],
-         "must be a multiple of block_length (8) for llada targets"),
+        (
+            ["--model", "tiny-random:llada", "--gen-length", "20", "--block-length", "8"],
+            "must be a multiple of block_length (8) for llada targets",
+        ),
         (["--model", "tiny-random:gpt"], "tiny-random:gpt"),
     ],
 )

@@ -32,18 +32,21 @@ def test_flags_override_the_file_and_lists_are_typed(tmp_path) -> None:
     assert "workers" not in suite.config() and suite.config()["budgets"] == [4]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--models", "nope"], "unknown model 'nope'"),
-    (["--proposers", "spot9"], "unknown proposer 'spot9'"),
-    (["--proposers", "spot:/no/such/checkpoint"], "no SPOT checkpoint in /no/such/checkpoint"),
-    (["--proposers", "oracle:x"], "proposer 'oracle' takes no argument"),
-    (["--tasks", "nope"], "unknown task 'nope'"),
-    (["--rules", "median"], "unknown rule 'median'"),
-    (["--budgets", "-1"], "--budgets must be a whole number >= 0 or auto, got -1"),
-    (["--models", "tiny-random:llada", "--gen-length", "20"], "must be a multiple of block_length (8) for llada"),
-    (["--address", "127.0.0.1:1"], "no Ray cluster at --address 127.0.0.1:1"),
-    (["--address", "head-node"], "--address head-node is not host:port"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--models", "nope"], "unknown model 'nope'"),
+        (["--proposers", "spot9"], "unknown proposer 'spot9'"),
+        (["--proposers", "spot:/no/such/checkpoint"], "no SPOT checkpoint in /no/such/checkpoint"),
+        (["--proposers", "oracle:x"], "proposer 'oracle' takes no argument"),
+        (["--tasks", "nope"], "unknown task 'nope'"),
+        (["--rules", "median"], "unknown rule 'median'"),
+        (["--budgets", "-1"], "--budgets must be a whole number >= 0 or auto, got -1"),
+        (["--models", "tiny-random:llada", "--gen-length", "20"], "must be a multiple of block_length (8) for llada"),
+        (["--address", "127.0.0.1:1"], "no Ray cluster at --address 127.0.0.1:1"),
+        (["--address", "head-node"], "--address head-node is not host:port"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args, message) -> None:
     out = tmp_path / "run"
     assert main(["run", *SMALL, "--output", str(out), *args]) == 2
@@ -52,13 +55,16 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args,
     assert not out.exists()
 
 
-@pytest.mark.parametrize("text, message", [
-    ("models: [sdar-a\n", "not valid YAML (line 2)"),
-    ("- a list\n", "must be a mapping"),
-    ("modles: [sdar-a]\n", "modles is an unknown setting"),
-    ("limit: many\n", "limit must be a whole number >= 1, got many"),
-    ("budgets: [true]\n", "budgets must be a whole number >= 0 or auto, got True"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("models: [sdar-a\n", "not valid YAML (line 2)"),
+        ("- a list\n", "must be a mapping"),
+        ("modles: [sdar-a]\n", "modles is an unknown setting"),
+        ("limit: many\n", "limit must be a whole number >= 1, got many"),
+        ("budgets: [true]\n", "budgets must be a whole number >= 0 or auto, got True"),
+    ],
+)
 def test_a_malformed_suite_is_one_line_exit_2(tmp_path, capsys, text, message) -> None:
     path = tmp_path / "suite.yaml"
     path.write_text(text)
@@ -79,7 +85,6 @@ def test_an_output_directory_of_another_config_is_refused_untouched(tmp_path, ca
         build_suite({}, {"seeds": [2**64]})
 
 
-
 def test_the_transfer_view_shows_learned_arms_against_the_best_baseline_and_the_oracle() -> None:
     import dataclasses
 
@@ -91,12 +96,25 @@ def test_the_transfer_view_shows_learned_arms_against_the_best_baseline_and_the_
     from spotbench.commands.run import TRANSFER_COLUMNS, render_summary
     from tasks.registry import get_task
 
-    suite = build_suite({}, {"models": ["tiny-random:sdar"], "proposers": ["oracle", "confidence", "spot"],
-                             "limit": 2, "temperatures": [0.0], "budgets": [3], "gen_length": 16, "block_length": 8})
+    suite = build_suite(
+        {},
+        {
+            "models": ["tiny-random:sdar"],
+            "proposers": ["oracle", "confidence", "spot"],
+            "limit": 2,
+            "temperatures": [0.0],
+            "budgets": [3],
+            "gen_length": 16,
+            "block_length": 8,
+        },
+    )
     evaluator = Evaluator(suite)
-    rows = [dataclasses.asdict(r) for sample in get_task("arith").load("test", limit=2)
-            for group in evaluator.evaluate(Unit("tiny-random:sdar", "arith", (sample,), suite.groups()))
-            for r in group]
+    rows = [
+        dataclasses.asdict(r)
+        for sample in get_task("arith").load("test", limit=2)
+        for group in evaluator.evaluate(Unit("tiny-random:sdar", "arith", (sample,), suite.groups()))
+        for r in group
+    ]
     summary = summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
     header, *lines = render_summary(summary, TRANSFER_COLUMNS).splitlines()
     assert "vs best baseline" in header and "of oracle" in header and "trained on" in header
@@ -122,9 +140,33 @@ def test_a_run_of_token_id_prompts_on_a_folder_without_tokenizer_completes_with_
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("[5, 6, 7, 8]\n[9, 10, 11]\n")
     out = tmp_path / "run"
-    assert main(["run", "--models", str(folder), "--tasks", f"ids:{prompts}", "--proposers", "confidence",
-                 "--temperatures", "0", "--budgets", "4", "--gen-length", "16", "--block-length", "8",
-                 "--workers", "1", "--no-progress", "--output", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--models",
+                str(folder),
+                "--tasks",
+                f"ids:{prompts}",
+                "--proposers",
+                "confidence",
+                "--temperatures",
+                "0",
+                "--budgets",
+                "4",
+                "--gen-length",
+                "16",
+                "--block-length",
+                "8",
+                "--workers",
+                "1",
+                "--no-progress",
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
     stdout = capsys.readouterr().out
     assert (out / "report.html").is_file() and "digest " in stdout
     results = json.loads((out / "results.json").read_text())

@@ -38,11 +38,14 @@ def test_train_proposer_writes_the_checkpoint_and_prints_its_report(recipe, tmp_
     assert (tmp_path / "out" / WEIGHTS_FILE).exists() and (tmp_path / "out" / CONFIG_FILE).exists()
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--workers", "0"], "--workers must be a whole number >= 1, got 0"),
-    (["--address", "127.0.0.1:1"], "no Ray cluster at --address 127.0.0.1:1"),
-    (["--address", "head-node"], "--address head-node is not host:port"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--workers", "0"], "--workers must be a whole number >= 1, got 0"),
+        (["--address", "127.0.0.1:1"], "no Ray cluster at --address 127.0.0.1:1"),
+        (["--address", "head-node"], "--address head-node is not host:port"),
+    ],
+)
 def test_bad_flags_are_one_line_errors_that_write_nothing(recipe, tmp_path, capsys, flags, message):
     assert main(["train-proposer", str(recipe), "--out", str(tmp_path / "out"), *flags]) == 2
     error = capsys.readouterr().err
