@@ -133,7 +133,7 @@ def test_a_killed_worker_is_replaced_and_every_row_lands_once(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_more_workers_than_the_cluster_holds_are_capped(tmp_path) -> None:
-    suite = Suite(**{**SUITE.__dict__, "limit": 2, "temperatures": (0.0,), "workers": 5})
+    suite = Suite(**{**SUITE.__dict__, "limit": 4, "temperatures": (0.0,), "workers": 5})  # 2 units of 2 prompts
     result = run_suite(suite, tmp_path / "run", progress=False)
     assert result.workers == 2 and result.run_dir.manifest()["hardware"]["workers"] == 2
-    assert len(keys(result.run_dir)) == 2 * 4
+    assert len(keys(result.run_dir)) == 4 * 4
