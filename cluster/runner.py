@@ -221,7 +221,8 @@ def _execute(
     gpus = gpu_workers(suite, resources.get("GPU", 0.0))
     # each worker holds its GPU share or at least a CPU for its lifetime: more than fit would never start
     count = min(suite.workers or gpus or cpus, gpus or cpus, len(units))
-    threads = 1 if gpus else worker_threads(cpus, count)
+    largest_node = max((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n["Alive"]), default=1.0)
+    threads = 1 if gpus else min(worker_threads(cpus, count), max(1, int(largest_node)))  # a worker fits one node
     run_dir.update_manifest(
         hardware=driver_hardware()
         | {

@@ -21,6 +21,7 @@ SUITE = Suite(
     gen_length=16,
     block_length=8,
     workers=2,
+    batch_sizes=(1,),  # units of 2 prompts: 3 units to shard over the nodes
 )
 
 
@@ -99,3 +100,13 @@ def test_losing_every_worker_stops_with_one_line_and_the_run_resumes(cluster, tm
     c.wait_for_nodes()
     result = run_suite(suite, tmp_path / "run", progress=False)
     assert result.skipped >= 1 and result.written == SUITE.limit - result.skipped and rows_once(result)
+
+
+def test_a_worker_never_asks_for_more_cpus_than_one_node_has(cluster, tmp_path) -> None:
+    """One unit (6 prompts at batch 8) on two 1-CPU nodes: one worker, and its threads must fit a node
+    (2 threads would be an actor Ray can never place, and the run would wait forever)."""
+    c = cluster(1)
+    c.add_node(num_cpus=1)
+    connect(c)
+    result = run_suite(Suite(**{**SUITE.__dict__, "batch_sizes": (8,)}), tmp_path / "run", progress=False)
+    assert rows_once(result) and result.run_dir.manifest()["hardware"]["threads_per_worker"] == 1
