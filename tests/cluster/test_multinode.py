@@ -63,7 +63,8 @@ def test_prompts_are_sharded_over_both_nodes(cluster, tmp_path) -> None:
     assert result.run_dir.manifest()["hardware"]["ray_nodes"] == 2
 
 
-def test_a_lost_node_s_units_go_to_the_live_worker(cluster, tmp_path, capsys) -> None:
+def test_a_lost_node_s_units_go_to_the_live_worker(cluster, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr("cluster.runner.UNIT_BATCHES", 1)  # a unit per prompt: the lost node always holds one
     c = cluster(1)
     node = c.add_node(num_cpus=1)
     connect(c)
