@@ -88,15 +88,15 @@ def test_a_corrupted_verifier_is_caught(monkeypatch) -> None:
 
     import harness.pipeline as pipeline
 
-    honest = pipeline.speculative_decode
+    honest = pipeline.speculative_generation
 
     def corrupted(*args, **kwargs):
-        generation = honest(*args, **kwargs)
+        generation = yield from honest(*args, **kwargs)
         tokens = generation.tokens.clone()
         tokens[0] = (tokens[0] + 1) % 2048
         return dataclasses.replace(generation, tokens=tokens)
 
-    monkeypatch.setattr(pipeline, "speculative_decode", corrupted)
+    monkeypatch.setattr(pipeline, "speculative_generation", corrupted)
     lm = SpotbenchLM.create_from_arg_string(ARGS, {"device": "cpu"})
     request = Instance(
         "generate_until", {}, ("Question: What is 2+3?\nAnswer:", {"until": UNTIL}), 0, ("gsm8k_local", 0, 1)
