@@ -77,7 +77,7 @@ def test_a_python_installed_under_tmp_scores_in_the_jail(tmp_venv, old_order):
 def test_the_work_dir_never_is_a_bound_path(monkeypatch):
     for function in (sandbox.python_trees, sandbox.work_dir):
         monkeypatch.setattr(sandbox, function.__name__, function.__wrapped__)
-    monkeypatch.setattr(sandbox, "python_trees", lambda: ("/opt/py", "/tmp/work/venv"))
+    monkeypatch.setattr(sandbox, "python_trees", lambda: ("/opt/py", f"{sandbox.WORKDIR}/venv"))
     assert sandbox.work_dir() == "/tmp/work-1"
     monkeypatch.setattr(sandbox, "python_trees", lambda: ("/tmp/workshop", "/tmp/work-1/v"))
     assert sandbox.work_dir() == "/tmp/work"  # /tmp/workshop is not under /tmp/work
