@@ -18,9 +18,10 @@ one-forward two-stream layout with the adapter on every row). Every sequence end
 with EOS to the end of its block, as decoding fills a block after the answer ends.
 
 The run folder holds `train_state.pt` (adapter, optimiser, generators, step, learning curve), saved
-every `checkpoint_every` steps by temp file + rename, so an interrupted conversion resumes
-bit-identically; `model/` is the converted target (rewritten at each validation), which
-`load_target` reads like any other diffusion target.
+every `checkpoint_every` steps by temp file + rename (in parts of at most 16 MiB beside it, so a zoo
+folder can commit an unfinished run), so an interrupted conversion resumes bit-identically; `model/`
+is the converted target (rewritten at each validation), which `load_target` reads like any other
+diffusion target.
 """
 
 from __future__ import annotations
@@ -217,8 +218,10 @@ def check_out_dir(out_dir: Path) -> None:
         return
     if not out_dir.is_dir():
         raise UserError(f"--out {out_dir} is a file; give a folder for the conversion")
-    ours = {STATE_FILE, MODEL_DIR, MODEL_DIR + ".tmp", Path(STATE_FILE).with_suffix(".tmp").name}
-    foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in ours)
+    ours = {STATE_FILE, MODEL_DIR, MODEL_DIR + ".tmp"}
+    foreign = sorted(
+        p.name for p in out_dir.iterdir() if p.name not in ours and not p.name.startswith(STATE_FILE + ".")
+    )
     model = out_dir / MODEL_DIR
     if foreign or (model.exists() and not is_converted(model)):
         what = foreign[0] if foreign else f"{MODEL_DIR}/ that is not a converted target"

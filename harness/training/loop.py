@@ -7,6 +7,8 @@ that draw shuffled batches from a list (train-target, convert, train-drafter).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import io
 import math
 import os
 from collections.abc import Iterable
@@ -66,20 +68,70 @@ def same_recipe(saved: dict, recipe: Any) -> bool:
     return all(saved[name] == current[name] for name in saved)
 
 
+PART_BYTES = 16 * 2**20
+"""A state larger than this is saved in parts of at most this size, so that a run folder a
+repository keeps (an unfinished zoo model) holds no file too large to commit."""
+
+
+def read_state(path: Path) -> dict:
+    """The state `save_state` wrote at `path`, joined from its parts when it has them."""
+    state = torch.load(path, weights_only=False)
+    if "parts" in state:
+        parts = [path.parent / name for name in state["parts"]]
+        data = b"".join(part.read_bytes() for part in parts if part.is_file())
+        if hashlib.sha256(data).hexdigest() != state["sha256"]:
+            raise UserError(f"{path}'s parts do not match it (a part is missing or changed); restore them")
+        state = torch.load(io.BytesIO(data), weights_only=False)
+    return state
+
+
 def load_state(path: Path, recipe: Any, fix: str) -> dict | None:
     """The training state saved at `path` (None if there is none); one of another recipe is refused."""
     if not path.exists():
         return None
-    state = torch.load(path, weights_only=False)
+    state = read_state(path)
     if not same_recipe(state["recipe"], recipe):
         raise UserError(f"{path.parent} holds a run of a different recipe; {fix}")
     return state
 
 
 def save_state(path: Path, state: dict) -> None:
-    """Temp file + rename: an interrupted save leaves the previous state, never a broken one."""
-    temp = path.with_suffix(".tmp")
-    torch.save(state, temp)
+    """Temp file + rename: an interrupted save leaves the previous state, never a broken one. A state
+    over `PART_BYTES` goes to content-named parts first; the small file at `path` that lists them is
+    replaced last, and only then are the previous state's parts removed."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = buffer.getvalue()
+    if len(data) > PART_BYTES:
+        digest = hashlib.sha256(data).hexdigest()
+        parts = [f"{path.name}.{digest[:16]}.{i}" for i in range(math.ceil(len(data) / PART_BYTES))]
+        for i, name in enumerate(parts):
+            _replace(path.parent / name, data[i * PART_BYTES : (i + 1) * PART_BYTES])
+        buffer = io.BytesIO()
+        torch.save({"parts": parts, "sha256": digest}, buffer)
+        data = buffer.getvalue()
+    else:
+        parts = []
+    _replace(path, data)
+    for stale in state_files(path):
+        if stale.name not in parts and stale != path:
+            stale.unlink()
+
+
+def remove_state(path: Path) -> None:
+    """Remove a finished run's state, parts included."""
+    for file in state_files(path):
+        file.unlink()
+
+
+def state_files(path: Path) -> list[Path]:
+    """The state file at `path` and every part saved beside it."""
+    return [p for p in (path, *path.parent.glob(f"{path.name}.*.*")) if p.is_file()]
+
+
+def _replace(path: Path, data: bytes) -> None:
+    temp = path.with_name(path.name + ".tmp")
+    temp.write_bytes(data)
     os.replace(temp, path)
 
 

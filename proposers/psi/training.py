@@ -36,7 +36,7 @@ from harness.decoding.autoregressive import ARConfig, ar_decode
 from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.targets.ar import ARTarget
-from harness.training.loop import TrainingRun
+from harness.training.loop import TrainingRun, remove_state
 from harness.validation import Count, Counts, NonNegative, NonNegativeInt, Positive, Text, Texts
 from proposers.psi.lora import META_FILE, GatedLoRAModel, save_drafter, weights_hash
 from proposers.psi.proposer import PsiLinear
@@ -247,5 +247,5 @@ def train_drafter(
         "curve": curve,
     }
     save_drafter(drafter, out_dir, meta)
-    (out_dir / STATE_FILE).unlink()
+    remove_state(out_dir / STATE_FILE)
     return meta
