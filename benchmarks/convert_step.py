@@ -26,7 +26,8 @@ import torch.nn.functional as F
 from harness.targets import adapter
 from harness.targets.converted import convert
 from harness.targets.registry import load_target
-from harness.training.convert import Batch, ConvertRecipe, diffusion_loss, layout, precision, sequences
+from harness.training.convert import Batch, ConvertRecipe, diffusion_loss, layout, sequences
+from harness.training.loop import precision
 
 
 def two_stream_loss(target, batch: Batch, rows_only: bool = False) -> torch.Tensor:
@@ -93,7 +94,7 @@ def main() -> None:
     results = {}
     for name, loss_fn in VARIANTS.items():
         elapsed = 0.0
-        autocast = precision(target, "bfloat16" if name.endswith("bf16") else "float32")
+        autocast = precision(target.model, "bfloat16" if name.endswith("bf16") else "float32", target.device)
         for index, batch in enumerate(laid):
             tick = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)

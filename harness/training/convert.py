@@ -41,7 +41,7 @@ from harness.recipes import load_recipe
 from harness.targets import adapter
 from harness.targets.converted import convert, is_converted, save_converted
 from harness.targets.target import DLMTarget
-from harness.training.loop import TrainingRun
+from harness.training.loop import TrainingRun, precision
 from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text
 
 STATE_FILE = "train_state.pt"
@@ -172,21 +172,6 @@ def layout(batch: list[Sequence], size: int, mask_id: int, generator: torch.Gene
     return Batch(clean_ids, clean_attend, noisy_ids, noisy_positions, noisy_attend, targets, weights, max(predicted, 1))
 
 
-def precision(target: DLMTarget, dtype: str):
-    """Put the frozen base in `dtype` (the adapter stays float32) and return the autocast context
-    every forward of the run runs under."""
-    import contextlib
-
-    if dtype == "float32":
-        return contextlib.nullcontext()
-    if dtype != "bfloat16":
-        raise UserError(f"dtype {dtype!r}: a conversion trains in float32 or bfloat16")
-    for name, parameter in target.model.named_parameters():
-        if "lora_" not in name:
-            parameter.data = parameter.data.to(torch.bfloat16)
-    return torch.autocast(target.device.type, dtype=torch.bfloat16)
-
-
 def diffusion_loss(target: DLMTarget, batch: Batch) -> Tensor:
     model = target.model
     clean_positions = torch.arange(batch.clean_ids.shape[1])
@@ -249,7 +234,9 @@ def train_conversion(
         )
     torch.manual_seed(recipe.seed)
     target = convert(base, recipe.mask_id, recipe.rank, recipe.alpha, name=recipe.name)
-    autocast = precision(target, recipe.dtype)  # the base only: the adapter and its optimizer stay float32
+    autocast = precision(
+        target.model, recipe.dtype, target.device
+    )  # the base only: the adapter and its optimizer stay float32
     run = TrainingRun(
         recipe,
         adapter.lora_state(target.model).values(),

@@ -6,6 +6,7 @@ that draw shuffled batches from a list (train-target, convert, train-drafter).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -51,6 +52,20 @@ def next_batch(
     if cursor + batch_size > len(permutation):
         permutation, cursor = torch.randperm(len(items), generator=order), 0
     return [items[i] for i in permutation[cursor : cursor + batch_size].tolist()], permutation, cursor + batch_size
+
+
+def precision(model: torch.nn.Module, dtype: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """Put a model's frozen weights in `dtype` (an adapter's `lora_` weights, and so its optimizer,
+    stay float32) and return the autocast context every forward of the run runs under: bfloat16
+    steps are several times faster on CPUs with AVX512-BF16."""
+    if dtype == "float32":
+        return contextlib.nullcontext()
+    if dtype != "bfloat16":
+        raise UserError(f"dtype {dtype!r}: training runs in float32 or bfloat16")
+    for name, parameter in model.named_parameters():
+        if "lora_" not in name:
+            parameter.data = parameter.data.to(torch.bfloat16)
+    return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
 def same_recipe(saved: dict, recipe: Any) -> bool:

@@ -1,16 +1,15 @@
 """Uno's diffusion distillation of a gated-LoRA drafter (`spotbench train-drafter RECIPE --out DIR`).
 
-Each training sequence is laid out as [clean prompt + response ; noisy copy of the response] and
-evaluated in ONE forward with a block mask: clean rows are causal over clean rows (gate off: the
-frozen base model, bitwise); the noisy copy is cut into blocks of k positions (a random offset per
-sequence, so every alignment is seen) and a noisy row at position q, in the block starting at a,
-sees the clean rows before a and the noisy rows of its own block (gate on), which is the draft
-forward's layout at inference (`proposers.psi.proposer.draft_block`: the pending row is clean position
-a - 1). Noisy tokens are uniform over the vocabulary. The noisy row at q learns the distribution of
-the token at q + 1 from the teacher, the same forward's clean row at q, detached: total variation
-sum_v |p_student - p_teacher| per response position. Clean rows depend on no trainable weight, so
-the backward pass only runs through the noisy rows. The block size follows the curriculum (e.g.
-2 -> 4 -> 8, equal shares of the steps).
+Each training sequence is a clean prompt + response and a noisy copy of the response, evaluated in
+two passes: the clean rows, causal (gate off: the frozen base model, bitwise), outside autograd since
+they depend on no trainable weight; then the noisy rows over the clean pass's keys/values. The noisy
+copy is cut into blocks of k positions (a random offset per sequence, so every alignment is seen) and
+a noisy row at position q, in the block starting at a, sees the clean rows before a and the noisy rows
+of its own block (gate on), which is the draft forward's layout at inference
+(`proposers.psi.proposer.draft_block`: the pending row is clean position a - 1). Noisy tokens are
+uniform over the vocabulary. The noisy row at q learns the distribution of the token at q + 1 from
+the teacher, the clean row at q: total variation sum_v |p_student - p_teacher| per response
+position. The block size follows the curriculum (e.g. 2 -> 4 -> 8, equal shares of the steps).
 
 Train splits only (the command reads them: prompts as the task builds them for the base, through its
 chat template when it has one; responses are the reference answers); the first `validation_prompts` prompts are held out
@@ -27,6 +26,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -36,7 +36,7 @@ from harness.decoding.autoregressive import ARConfig, ar_decode
 from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.targets.ar import ARTarget
-from harness.training.loop import TrainingRun, remove_state
+from harness.training.loop import TrainingRun, precision, remove_state
 from harness.validation import Count, Counts, NonNegative, NonNegativeInt, Positive, Text, Texts
 from proposers.psi.lora import META_FILE, GatedLoRAModel, save_drafter, weights_hash
 from proposers.psi.proposer import PsiLinear
@@ -74,6 +74,9 @@ class DrafterRecipe:
     validation_every: Count = 100
     validation_width: Count = 8
     validation_gen_length: Count = 64
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """`bfloat16`: the frozen base in bfloat16 and every forward of the run, validation included,
+    under autocast (the LoRA weights and their optimizer stay float32)."""
 
     @staticmethod
     def load(path: str | Path, steps: int | None = None) -> DrafterRecipe:
@@ -111,16 +114,20 @@ def training_data(
 
 @dataclass
 class Layout:
-    ids: Tensor  # [N, T]
-    positions: Tensor  # [N, T]
-    allowed: Tensor  # [N, T, T] bool
-    gate: Tensor  # [N, T] bool: noisy rows
-    teacher: Tensor  # [M, 2] (sequence, row) of the clean rows teaching
-    student: Tensor  # [M, 2] ... and of the noisy rows learning, pairwise
+    """One batch as two passes: the clean sequences (causal, the frozen base; outside autograd) and
+    the noisy rows, which read the clean pass's keys/values through the block mask."""
+
+    clean_ids: Tensor  # [N, C] prompt + response, right-padded
+    clean_positions: Tensor  # [N, C]
+    noisy_ids: Tensor  # [N, M] uniform noise, right-padded
+    noisy_positions: Tensor  # [N, M]
+    noisy_allowed: Tensor  # [N, M, C + M] bool: clean rows before the block, noisy rows of the block
+    teacher: Tensor  # [K, 2] (sequence, clean row) of the clean rows teaching
+    student: Tensor  # [K, 2] ... and of the noisy rows learning, pairwise
 
 
 def layout(batch: list[Sequence], block: int, vocab_size: int, pad_id: int, generator: torch.Generator) -> Layout:
-    """[clean ; noisy] rows of each sequence, right-padded, with the block mask (module docstring)."""
+    """The clean and noisy rows of each sequence, right-padded, with the block mask (module docstring)."""
     parts = []
     for seq in batch:
         clean = seq.prompt + seq.response
@@ -131,41 +138,59 @@ def layout(batch: list[Sequence], block: int, vocab_size: int, pad_id: int, gene
         block_start = (start + (q - start + offset) // block * block - offset).clamp(min=start)
         noise = torch.randint(vocab_size, (count,), generator=generator)
         parts.append((clean, q, block_start, noise))
-    total = max(len(c) + q.numel() for c, q, _, _ in parts)
-    n = len(batch)
-    ids = torch.full((n, total), pad_id, dtype=torch.long)
-    positions = torch.zeros(n, total, dtype=torch.long)
-    allowed = torch.zeros(n, total, total, dtype=torch.bool)
-    gate = torch.zeros(n, total, dtype=torch.bool)
+    n, width = len(batch), max(len(clean) for clean, _, _, _ in parts)
+    rows = max(q.numel() for _, q, _, _ in parts)
+    clean_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    noisy_ids = torch.full((n, rows), pad_id, dtype=torch.long)
+    noisy_positions = torch.zeros(n, rows, dtype=torch.long)
+    noisy_allowed = torch.zeros(n, rows, width + rows, dtype=torch.bool)
+    noisy_allowed[:, :, width:] = torch.eye(rows, dtype=torch.bool)  # a padding row sees itself only
     teacher, student = [], []
     for row, (clean, q, block_start, noise) in enumerate(parts):
-        length, count = len(clean), q.numel()
-        ids[row, :length] = torch.tensor(clean)
-        ids[row, length : length + count] = noise
-        positions[row, :length] = torch.arange(length)
-        positions[row, length : length + count] = q
-        allowed[row, :length, :length] = torch.ones(length, length, dtype=torch.bool).tril()
-        noisy = slice(length, length + count)
-        allowed[row, noisy, :length] = torch.arange(length)[None, :] < block_start[:, None]
-        allowed[row, noisy, noisy] = block_start[:, None] == block_start[None, :]
-        gate[row, noisy] = True
-        padding = torch.arange(length + count, total)
-        allowed[row, padding, padding] = True
+        count = q.numel()
+        clean_ids[row, : len(clean)] = torch.tensor(clean)
+        noisy_ids[row, :count] = noise
+        noisy_positions[row, :count] = q
+        noisy_allowed[row, :count, :width] = torch.arange(width)[None, :] < block_start[:, None]
+        noisy_allowed[row, :count, width : width + count] = block_start[:, None] == block_start[None, :]
         teacher += [(row, int(p)) for p in q]
-        student += [(row, length + j) for j in range(count)]
-    return Layout(ids, positions, allowed, gate, torch.tensor(teacher), torch.tensor(student))
+        student += [(row, j) for j in range(count)]
+    positions = torch.arange(width).expand(n, width)
+    return Layout(
+        clean_ids, positions, noisy_ids, noisy_positions, noisy_allowed, torch.tensor(teacher), torch.tensor(student)
+    )
 
 
 def tv_loss(drafter: GatedLoRAModel, batch: Layout) -> Tensor:
-    """Mean over response positions of sum_v |p_student - p_teacher|, one forward (module docstring)."""
-    dtype = drafter.model.get_output_embeddings().weight.dtype
-    mask = torch.zeros(batch.allowed.shape, dtype=dtype).masked_fill(~batch.allowed, torch.finfo(dtype).min)
-    hidden = drafter.hidden(batch.gate, input_ids=batch.ids, position_ids=batch.positions, attention_mask=mask[:, None])
+    """Mean over response positions of sum_v |p_student - p_teacher| (module docstring). The clean
+    pass is the frozen base (gate off), so it runs outside autograd and only the noisy rows, over
+    its cached keys/values, are differentiated."""
+    from transformers import DynamicCache
+
     head = drafter.model.get_output_embeddings()
+    cache = DynamicCache()
     with torch.no_grad():
-        teacher = head(hidden[batch.teacher[:, 0], batch.teacher[:, 1]]).float().softmax(-1)
-    student = head(hidden[batch.student[:, 0], batch.student[:, 1]]).float().softmax(-1)
+        clean = drafter.hidden(
+            None, input_ids=batch.clean_ids, position_ids=batch.clean_positions, cache=cache, use_cache=True
+        )
+        teacher = probabilities(head(clean[batch.teacher[:, 0], batch.teacher[:, 1]]))
+    dtype = head.weight.dtype
+    mask = torch.zeros(batch.noisy_allowed.shape, dtype=dtype).masked_fill(~batch.noisy_allowed, torch.finfo(dtype).min)
+    noisy = drafter.hidden(
+        torch.ones_like(batch.noisy_ids, dtype=torch.bool),
+        input_ids=batch.noisy_ids,
+        position_ids=batch.noisy_positions,
+        attention_mask=mask[:, None],
+        cache=cache,
+        use_cache=True,
+    )
+    student = probabilities(head(noisy[batch.student[:, 0], batch.student[:, 1]]))
     return (student - teacher).abs().sum(-1).mean()
+
+
+def probabilities(logits: Tensor) -> Tensor:
+    """Softmax in float32 at least (bfloat16 logits under autocast), float64 kept."""
+    return logits.to(torch.promote_types(logits.dtype, torch.float32)).softmax(-1)
 
 
 def block_size(recipe: DrafterRecipe, step: int) -> int:
@@ -202,6 +227,7 @@ def train_drafter(
     training, validation = training_data(recipe, pairs, target.eos_id)
     torch.manual_seed(recipe.seed)
     drafter = GatedLoRAModel(target.model, recipe.rank, recipe.alpha)
+    autocast = precision(drafter.model, recipe.dtype, target.device)
     run = TrainingRun(
         recipe, drafter.lora_state().values(), len(training), out_dir / STATE_FILE, "use a new --out folder"
     )
@@ -219,7 +245,8 @@ def train_drafter(
         batch = layout(
             chosen, block_size(recipe, run.step), target.vocab_size, target.tokenizer.pad_token_id or 0, run.noise
         )
-        loss = tv_loss(drafter, batch)
+        with autocast:
+            loss = tv_loss(drafter, batch)
         run.optimize(loss)
         step = run.step
         losses.append(loss.item())
@@ -228,7 +255,8 @@ def train_drafter(
         progress.set_postfix(loss=f"{loss.item():.3f}")
         if step % recipe.validation_every == 0 or step == recipe.steps:
             point = {"step": step, "block": block_size(recipe, step - 1), "train_tv": sum(losses) / len(losses)}
-            curve.append(point | validate(drafter, target, validation, recipe))
+            with autocast:
+                curve.append(point | validate(drafter, target, validation, recipe))
             progress.write(str(curve[-1]))
             losses = []
         if run.checkpoint_due():
