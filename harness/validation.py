@@ -62,7 +62,10 @@ def rejected(sentence: str) -> PydanticCustomError:
 def _as_list(value: Any) -> Any:
     """A list setting from a flag ('2,4,8'), a YAML list, or one bare value."""
     if isinstance(value, str):
-        return [item.strip() for item in value.split(",") if item.strip()]
+        items = [item.strip() for item in value.split(",")] if value.strip() else []
+        if "" in items:
+            raise PydanticCustomError("invalid", "must list comma-separated values with none empty")
+        return items
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 

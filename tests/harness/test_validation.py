@@ -25,7 +25,13 @@ def test_a_list_is_comma_separated_text_a_yaml_list_or_one_value() -> None:
     kind = listed(Count)
     assert check_value(kind, "2, 4,8", "--b") == check_value(kind, [2, 4, 8], "b") == (2, 4, 8)
     assert check_value(kind, 3, "b") == (3,)
-    for bad, problem in (([], "must list at least one value"), ("2,2", "must list each value once")):
+    for bad, problem in (
+        ([], "must list at least one value"),
+        ("", "must list at least one value"),
+        ("2,2", "must list each value once"),
+        ("2,,4", "none empty"),
+        ("2,4,", "none empty"),
+    ):
         with pytest.raises(UserError, match=problem):
             check_value(kind, bad, "b")
 
