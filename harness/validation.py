@@ -133,7 +133,6 @@ OptionalSeed = accepts(int, "a whole number in [0, 2**64)", optional=True, ge=0,
 # no call in an annotation)
 Texts = listed(Text)
 Counts = listed(Count)
-NonNegatives = listed(NonNegative)
 Seeds = listed(Seed)
 
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 1e3

@@ -17,10 +17,10 @@ from harness.validation import (
     Fraction,
     NonNegative,
     NonNegativeInt,
-    NonNegatives,
     OptionalSeed,
     Positive,
     Seed,
+    Temperatures,
     Text,
     options_check,
 )
@@ -36,7 +36,7 @@ class SpotRecipe:
     target: Text
     tasks: dict[Text, Count]
     """Task name -> number of train-split prompts (zero-shot)."""
-    temperatures: NonNegatives = (0.0, 1.0)
+    temperatures: Temperatures = (0.0, 1.0)
     gen_length: Count = 64
     block_length: Count = 32
     seed: Seed = 0

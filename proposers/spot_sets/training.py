@@ -30,10 +30,10 @@ from harness.validation import (
     Fraction,
     NonNegative,
     NonNegativeInt,
-    NonNegatives,
     OptionalSeed,
     Positive,
     Seed,
+    Temperatures,
     Text,
     Texts,
 )
@@ -70,7 +70,7 @@ class SpotSetsRecipe:
     """`threshold:TAU`: the rule whose trajectories are collected and whose tau the network reads."""
     tasks: dict[Text, Count]
     """Task name -> number of train-split prompts (zero-shot)."""
-    temperatures: NonNegatives = (0.0, 1.0)
+    temperatures: Temperatures = (0.0, 1.0)
     gen_length: Count = 64
     block_length: Count = 32
     seed: Seed = 0

@@ -169,6 +169,8 @@ def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch):
         ("depth_decay: 0", r"depth_decay must be in \(0, 1\], not 0"),
         ("steps: 10\naverage_from: 10", r"average_from must be a step in \[0, steps\) = \[0, 10\), not 10"),
         ("distill_weight: 1.5", r"distill_weight must be in \[0, 1\], not 1.5"),
+        ("temperatures: [0, 1e30]", r"temperatures"),
+        ("temperatures: [0, 1e-9]", r"temperatures"),
     ],
 )
 def test_recipe_rejects_out_of_range_fields(tmp_path, line, error):
