@@ -19,7 +19,9 @@ from harness.targets.converted import (
     model_config,
     save_converted,
 )
+from harness.training import loop
 from harness.training.convert import ConvertRecipe, Sequence, layout, train_conversion
+from harness.training.loop import state_files
 
 PROMPT = [(37 * i + 11) % 200 + 30 for i in range(11)]
 ANSWER = [(53 * i + 7) % 200 + 30 for i in range(13)]
@@ -136,11 +138,13 @@ def _recipe(**changes) -> ConvertRecipe:
     return ConvertRecipe(**(fields | changes))
 
 
-def test_an_interrupted_conversion_resumes_bit_identically(tmp_path) -> None:
+def test_an_interrupted_conversion_resumes_bit_identically(tmp_path, monkeypatch) -> None:
     base = tiny_random_ar(1)
     whole = train_conversion(_recipe(), base, _pairs(), tmp_path / "whole")
+    monkeypatch.setattr(loop, "PART_BYTES", 2**16)  # the split run's state is saved and read in parts
     first = train_conversion(_recipe(), base, _pairs(), tmp_path / "split", stop_after_s=0.0)
     assert first["steps"] == 1 and not first["finished"]
+    assert len(state_files(tmp_path / "split" / "train_state.pt")) > 2
     resumed = train_conversion(_recipe(), base, _pairs(), tmp_path / "split")
     assert resumed["finished"] and resumed["curve"] == [{**c, "seconds": c["seconds"]} for c in resumed["curve"]]
     assert [c["heldout_loss"] for c in resumed["curve"]] == [c["heldout_loss"] for c in whole["curve"]]
