@@ -18,16 +18,15 @@ Each variant runs forward, backward and an optimizer step; tokens are the batch'
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 import torch.nn.functional as F
+from step_timing import time_variants
 
 from harness.targets import adapter
 from harness.targets.converted import convert
 from harness.targets.registry import load_target
 from harness.training.convert import Batch, ConvertRecipe, diffusion_loss, layout, sequences
-from harness.training.loop import precision
 
 
 def two_stream_loss(target, batch: Batch, rows_only: bool = False) -> torch.Tensor:
@@ -91,19 +90,15 @@ def main() -> None:
     batches = [data[i :: args.steps + 1][: recipe.batch_size] for i in range(args.steps + 1)]
     laid = [layout(b, recipe.block_length, recipe.mask_id, generator) for b in batches]
     tokens = sum(len(s.tokens) for b in batches[1:] for s in b)
+    timed = time_variants(
+        {name: (lambda batch, f=loss_fn: f(target, batch)) for name, loss_fn in VARIANTS.items()},
+        laid,
+        target.model,
+        target.device,
+        optimizer,
+    )
     results = {}
-    for name, loss_fn in VARIANTS.items():
-        elapsed = 0.0
-        autocast = precision(target.model, "bfloat16" if name.endswith("bf16") else "float32", target.device)
-        for index, batch in enumerate(laid):
-            tick = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            with autocast:
-                loss = loss_fn(target, batch)
-            loss.backward()
-            optimizer.step()
-            if index:
-                elapsed += time.perf_counter() - tick
+    for name, (elapsed, _) in timed.items():
         results[name] = tokens / elapsed
         print(
             f"{name:12s} {tokens / elapsed:8.1f} tokens/s  ({elapsed / args.steps:.2f} s per step of "

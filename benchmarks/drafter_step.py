@@ -17,12 +17,11 @@ Each variant runs forward, backward and an optimizer step; tokens are the batch'
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
+from step_timing import time_variants
 
 from harness.targets.registry import load_target
-from harness.training.loop import precision
 from proposers.psi.lora import GatedLoRAModel
 from proposers.psi.training import DrafterRecipe, Layout, layout, probabilities, training_data, tv_loss
 
@@ -72,23 +71,19 @@ def main() -> None:
     pad = target.tokenizer.pad_token_id or 0
     laid = [layout(b, args.block, target.vocab_size, pad, generator) for b in batches]
     tokens = sum(len(s.prompt) + len(s.response) for b in batches[1:] for s in b)
+    timed = time_variants(
+        {name: (lambda batch, f=loss_fn: f(drafter, batch)) for name, loss_fn in VARIANTS.items()},
+        laid,
+        drafter.model,
+        target.device,
+        optimizer,
+    )
     results = {}
-    for name, loss_fn in VARIANTS.items():
-        elapsed = 0.0
-        autocast = precision(drafter.model, "bfloat16" if name.endswith("bf16") else "float32", target.device)
-        for index, batch in enumerate(laid):
-            tick = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            with autocast:
-                loss = loss_fn(drafter, batch)
-            loss.backward()
-            optimizer.step()
-            if index:
-                elapsed += time.perf_counter() - tick
+    for name, (elapsed, loss) in timed.items():
         results[name] = tokens / elapsed
         print(
             f"{name:14s} {tokens / elapsed:8.1f} tokens/s  ({elapsed / args.steps:.2f} s per step of "
-            f"{recipe.batch_size} sequences, loss {loss.item():.4f}, torch threads {torch.get_num_threads()})",
+            f"{recipe.batch_size} sequences, loss {loss:.4f}, torch threads {torch.get_num_threads()})",
             flush=True,
         )
     first = results["one-forward"]
