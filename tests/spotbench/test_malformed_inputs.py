@@ -306,7 +306,7 @@ CASES = {
     ),
     "spot-temperatures-text": Case(
         ["train-proposer", "recipe.yaml", "--out", "out"],
-        "temperatures must be a finite number >= 0, got abc",
+        "temperatures must be a finite number >= 0: 0 (greedy) or in [0.001, 1000], got abc",
         replaced("spot", "temperatures: abc"),
     ),
     "spot-tasks-count-text": Case(
