@@ -90,23 +90,14 @@ def main() -> None:
     batches = [data[i :: args.steps + 1][: recipe.batch_size] for i in range(args.steps + 1)]
     laid = [layout(b, recipe.block_length, recipe.mask_id, generator) for b in batches]
     tokens = sum(len(s.tokens) for b in batches[1:] for s in b)
-    timed = time_variants(
+    time_variants(
         {name: (lambda batch, f=loss_fn: f(target, batch)) for name, loss_fn in VARIANTS.items()},
         laid,
         target.model,
         target.device,
         optimizer,
+        tokens,
     )
-    results = {}
-    for name, (elapsed, _) in timed.items():
-        results[name] = tokens / elapsed
-        print(
-            f"{name:12s} {tokens / elapsed:8.1f} tokens/s  ({elapsed / args.steps:.2f} s per step of "
-            f"{recipe.batch_size} sequences, torch threads {torch.get_num_threads()})",
-            flush=True,
-        )
-    first = results["two-stream"]
-    print("ratio to two-stream: " + ", ".join(f"{k} {v / first:.2f}x" for k, v in results.items()))
 
 
 if __name__ == "__main__":

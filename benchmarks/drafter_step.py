@@ -71,23 +71,14 @@ def main() -> None:
     pad = target.tokenizer.pad_token_id or 0
     laid = [layout(b, args.block, target.vocab_size, pad, generator) for b in batches]
     tokens = sum(len(s.prompt) + len(s.response) for b in batches[1:] for s in b)
-    timed = time_variants(
+    time_variants(
         {name: (lambda batch, f=loss_fn: f(drafter, batch)) for name, loss_fn in VARIANTS.items()},
         laid,
         drafter.model,
         target.device,
         optimizer,
+        tokens,
     )
-    results = {}
-    for name, (elapsed, loss) in timed.items():
-        results[name] = tokens / elapsed
-        print(
-            f"{name:14s} {tokens / elapsed:8.1f} tokens/s  ({elapsed / args.steps:.2f} s per step of "
-            f"{recipe.batch_size} sequences, loss {loss:.4f}, torch threads {torch.get_num_threads()})",
-            flush=True,
-        )
-    first = results["one-forward"]
-    print("ratio to one-forward: " + ", ".join(f"{k} {v / first:.2f}x" for k, v in results.items()))
 
 
 if __name__ == "__main__":

@@ -17,12 +17,13 @@ def time_variants(
     model: torch.nn.Module,
     device: torch.device,
     optimizer: torch.optim.Optimizer,
-) -> dict[str, tuple[float, float]]:
-    """Per variant, (seconds of the timed steps, last loss): forward, backward and an optimizer step
-    on every batch, the first untimed (warm-up). A variant whose name ends in `bf16` runs with the
-    model's frozen weights in bfloat16 under autocast (`loop.precision`), which converts them for
-    good: list it last."""
-    results = {}
+    tokens: int,
+) -> None:
+    """Print each variant's tokens/s (`tokens`: those of every batch but the first) and its ratio to
+    the first variant's: forward, backward and an optimizer step on every batch, the first untimed
+    (warm-up). A variant whose name ends in `bf16` runs with the model's frozen weights in bfloat16
+    under autocast (`loop.precision`), which converts them for good: list it last."""
+    rates = {}
     for name, loss_of in variants.items():
         autocast = precision(model, "bfloat16" if name.endswith("bf16") else "float32", device)
         elapsed, loss = 0.0, torch.zeros(())
@@ -35,5 +36,12 @@ def time_variants(
             optimizer.step()
             if index:
                 elapsed += time.perf_counter() - tick
-        results[name] = (elapsed, loss.item())
-    return results
+        steps = len(batches) - 1
+        rates[name] = tokens / elapsed
+        print(
+            f"{name:16s} {rates[name]:8.1f} tokens/s  ({elapsed / steps:.2f} s a step, last loss {loss.item():.4f}, "
+            f"torch threads {torch.get_num_threads()})",
+            flush=True,
+        )
+    first = next(iter(rates))
+    print(f"ratio to {first}: " + ", ".join(f"{k} {v / rates[first]:.2f}x" for k, v in rates.items()))
