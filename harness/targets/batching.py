@@ -10,10 +10,10 @@ draft-tree passes of several `ARSession`s (`pad_tree_passes`) and gives each ses
   prompt. Rows are padded on the right; a key is valid for every query of its row iff it is not
   padding, and positions are 0.. for every row, as in the row's own pass.
 - Block-causal (SDAR, LLaDA2, converted): every generation has a stored prefix of C_i keys/values
-  and T_i new tokens (the pending tokens, then the block). The stored prefixes are padded to the
-  longest, the new tokens likewise; row i attends to its own C_i stored keys and, among the new keys,
-  to what its own attention pattern allows; positions are per row. A padded query reads one valid key
-  (no row of the softmax is all masked) and its output is discarded.
+  and one row of T_i new tokens (the pending tokens, then its states one after another). The stored
+  prefixes are padded to the longest, the new tokens likewise; row i attends to its own C_i stored
+  keys and, among the new keys, to what its own attention pattern allows; positions are per row. A
+  padded query reads one valid key (no row of the softmax is all masked) and its output is discarded.
 
 Padding changes the shapes the kernels run on, so in float32 a row's logits may differ in the last
 bits from its pass alone; exactness mode (`DLMTarget.exact`) never pads: it evaluates every row of
@@ -64,10 +64,11 @@ def pad_full(rows: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
 def pad_block_causal(
     inputs: list[tuple[Tensor, Tensor, Tensor, Tensor | None]], caches: list[list[KV] | None], pad_id: int
 ) -> tuple[Tensor, Tensor, Tensor, list[KV] | None, Tensor | None]:
-    """Block-causal rows of several generations, each (tokens [n_i, T_i], positions [T_i], attend
-    [T_i, C_i + T_i], adapted [n_i, T_i] or None) with its stored prefix (per layer [1, h, C_i, d], or
-    None) -> tokens [N, T], positions [N, T], attend [N, 1, T, C + T], past (per layer [N, h, C, d], or
-    None when no generation has a prefix) and adapted [N, T] (None when no generation has one)."""
+    """Block-causal passes of several generations, each one row (`TargetSession.causal_inputs`:
+    tokens [1, T_i], positions [T_i], attend [T_i, C_i + T_i], adapted [1, T_i] or None) with its
+    stored prefix (per layer [1, h, C_i, d], or None) -> tokens [N, T], positions [N, T], attend
+    [N, 1, T, C + T], past (per layer [N, h, C, d], or None when no generation has a prefix) and
+    adapted [N, T] (None when no generation has one); the code takes n_i rows per generation alike."""
     lengths = [c[0][0].shape[2] if c else 0 for c in caches]
     stored, new = max(lengths), max(t.shape[1] for t, _, _, _ in inputs)
     total = sum(t.shape[0] for t, _, _, _ in inputs)

@@ -192,9 +192,9 @@ class Attention(nn.Module):
         if past is not None:
             past_k, past_v = (t.expand(rows, -1, -1, -1) for t in past)
             k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
-        groups = cfg.num_heads // cfg.num_kv_heads
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attend, scale=1.0 / math.sqrt(cfg.head_dim))
+        grouped = cfg.num_heads != cfg.num_kv_heads  # query heads share key/value heads without copies
+        scale = 1.0 / math.sqrt(cfg.head_dim)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attend, scale=scale, enable_gqa=grouped)
         return self.o_proj(out.transpose(1, 2).reshape(rows, length, -1)), new_kv
 
 
@@ -255,8 +255,9 @@ class DLMTransformer(nn.Module):
         past: list[KV] | None = None,
         adapted: Tensor | None = None,
     ) -> tuple[Tensor, list[KV]]:
-        """`forward` without the output head: the final-normed hidden states [N, L, H], for training,
-        which needs logits at a few rows only."""
+        """`forward` without the output head: the final-normed hidden states [N, L, H], for callers that
+        need logits at a few rows only (training; block-causal passes, whose stored rows predict
+        nothing)."""
         if adapted is not None and self.adapter_gate is None:
             raise ValueError("adapted rows given, but the model has no adapter")
         if self.adapter_gate is not None:

@@ -217,9 +217,13 @@ class TargetSession:
         )
 
     def _block_causal(self, states: Tensor) -> BlockLogits:
-        tokens, positions, attend, adapted = self.causal_inputs(states)
-        logits, new_kv = self.target.model(tokens, positions, attend, self._cache, adapted)
-        return self.causal_logits(logits, new_kv)
+        return _causal_together(self.target, [self], [self.causal_inputs(states)])[0]
+
+    @property
+    def pending(self) -> int:
+        """Block-causal: how many tokens the next pass stores (the previous block, or the prompt's whole
+        blocks at the first pass), before its states."""
+        return self._pending.numel()
 
     @property
     def cached(self) -> list[KV] | None:
@@ -227,32 +231,54 @@ class TargetSession:
         return self._cache
 
     def causal_inputs(self, states: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        """Block-causal: the rows of a pass after the stored prefix: tokens [N, T] (the pending tokens,
-        then the states), positions [T], attend [T, C + T] over the C stored keys and the T new ones,
-        and for converted targets the rows the adapter is on at, [N, T]."""
-        rows = states.shape[0]
-        tokens = torch.cat([self._pending.expand(rows, -1), states], dim=1)
-        total = self._cache_len + tokens.shape[1]
-        positions = torch.arange(self._cache_len, total, device=states.device)
-        keys = torch.arange(total, device=states.device)
+        """Block-causal: a pass's new tokens as ONE row after the stored prefix, so the prefix's keys and
+        values are read once however many states the pass has: tokens [1, T] (the pending tokens, then
+        the N states one after another), positions [T] (every state at the block's own positions),
+        attend [T, C + T] over the C stored keys and the T new ones, and for converted targets the
+        tokens the adapter is on at, [1, T]. A state's tokens see the prefix, the pending tokens and
+        their own state, never another state's: each sees exactly what it would alone."""
+        count, size = states.shape
+        pending = self._pending.numel()
+        device = states.device
+        tokens = torch.cat([self._pending, states.reshape(-1)])[None]
+        stored = torch.arange(self._cache_len + pending, device=device)
+        positions = torch.cat(
+            [stored[self._cache_len :], self.block_start + torch.arange(size, device=device).repeat(count)]
+        )
+        keys = torch.cat([stored[: self._cache_len], positions])
+        owner = torch.cat(
+            [torch.full((pending,), -1, device=device), torch.arange(count, device=device).repeat_interleave(size)]
+        )
+        key_owner = torch.cat([torch.full((self._cache_len,), -1, device=device), owner])
+        shared = (key_owner[None, :] == -1) | (key_owner[None, :] == owner[:, None])
         block_ids = keys // self.block_length
         same_or_earlier = block_ids[None, :] <= block_ids[positions][:, None]
         adapted = None
         if self.target.family.causal_context:  # clean rows causal with the base weights, the block adapted
             active = positions >= self.block_start
             attend = (keys[None, :] <= positions[:, None]) | (same_or_earlier & active[:, None])
-            adapted = active.expand(rows, -1)
+            adapted = active[None]
         else:
             attend = same_or_earlier
-        return tokens, positions, attend, adapted
+        return tokens, positions, attend & shared, adapted
+
+    def head_from(self) -> int:
+        """Block-causal: the first row of this pass's one row whose logits are read: the first state's,
+        or for shifted families the last pending token's (it predicts the block's first token). The
+        pending tokens' other rows predict tokens already known; on a prompt's first pass that is most
+        of the output head's work, skipped."""
+        pending = self._pending.numel()
+        return pending - 1 if pending and self.target.family.shifted_logits else pending
 
     def causal_logits(self, logits: Tensor, new_kv: list[KV]) -> BlockLogits:
-        """Block-causal: the block's logits out of a pass's [N, T, V]; the pending tokens' keys and
-        values (from `new_kv`, per layer [N, heads, T, d]) join the stored prefix."""
+        """Block-causal: the states' logits [N, B, V] out of the output head's rows [R, V] from
+        `head_from` on; the pending tokens' keys and values (from `new_kv`, per layer [1, heads, T, d])
+        join the stored prefix."""
         size, pending = self.block_length, self._pending.numel()
-        current = self._shift(logits, pending, size) if self.target.family.shifted_logits else logits[:, -size:]
+        shifted = self.target.family.shifted_logits
+        current = self._shift(logits, pending) if shifted else logits.unflatten(0, (-1, size))
         if pending:
-            stored = [(k[:1, :, :pending].clone(), v[:1, :, :pending].clone()) for k, v in new_kv]
+            stored = [(k[:, :, :pending].clone(), v[:, :, :pending].clone()) for k, v in new_kv]
             if self._cache is None:
                 self._cache = stored
             else:
@@ -264,18 +290,21 @@ class TargetSession:
             self._pending = self._pending[:0]
         return BlockLogits(current, None)
 
-    def _shift(self, logits: Tensor, pending: int, size: int) -> Tensor:
+    def _shift(self, logits: Tensor, pending: int) -> Tensor:
         """Shifted logits on the block grid: position i-1 predicts token i, so the block's first
         token is predicted by the last token before the block. That row cannot see the block, so its
         logits are taken from the block's first pass (where it is pending: the previous block or the
         prompt's whole blocks) and kept for the block's later passes. A block that starts at position
-        0 begins with a prompt token, never predicted: its row is zeros."""
+        0 begins with a prompt token, never predicted: its row is zeros. (A state's last row predicts
+        nothing in its block; the head still runs on it, since on CPUs a matmul over 2-3 rows can cost
+        twice one over 4.)"""
         if pending:
-            self._before_block = logits[:1, pending - 1 : pending].clone()
+            self._before_block, logits = logits[None, :1], logits[1:]
         elif self._before_block is None:
             self._before_block = logits.new_zeros((1, 1, logits.shape[-1]))
-        first = self._before_block.expand(logits.shape[0], -1, -1)
-        return torch.cat([first, logits[:, logits.shape[1] - size : -1]], dim=1)
+        states = logits.unflatten(0, (-1, self.block_length))
+        first = self._before_block.expand(states.shape[0], -1, -1)
+        return torch.cat([first, states[:, :-1]], dim=1)
 
 
 def forward_sessions(passes: Sequence[tuple[TargetSession, Tensor]]) -> list[BlockLogits]:
@@ -285,10 +314,10 @@ def forward_sessions(passes: Sequence[tuple[TargetSession, Tensor]]) -> list[Blo
     In exactness mode (`DLMTarget.rowwise`) every row of every generation is evaluated alone, with
     the kernels and shapes of its batch-1 pass, so its logits are its batch-1 logits bit for bit.
     Otherwise the rows of all generations go through the model together, padded to a common shape
-    (`harness.targets.batching`); block-causal generations are grouped by their number of new tokens
-    (the block, after a finished block or the prompt's whole blocks at a block's first pass), so the
-    block passes of most generations are not padded to the length of a few KV-store passes. A
-    generation alone in its group takes its own pass, unpadded."""
+    (`harness.targets.batching`); a block-causal generation is one row (`causal_inputs`), and the
+    generations are grouped by their number of pending tokens (the finished block, or the prompt's
+    whole blocks at the first pass), so the block passes of most generations are not padded to the
+    length of a few KV-store passes. A generation alone in its group takes its own pass, unpadded."""
     sessions = [session for session, _ in passes]
     if len({id(s.target) for s in sessions}) > 1:
         raise ValueError("a batched pass evaluates generations of one target")
@@ -301,8 +330,8 @@ def forward_sessions(passes: Sequence[tuple[TargetSession, Tensor]]) -> list[Blo
             return _full_together(target, sessions, states)
         inputs = [session.causal_inputs(s) for session, s in zip(sessions, states)]
         groups: dict[int, list[int]] = {}
-        for index, (tokens, _, _, _) in enumerate(inputs):
-            groups.setdefault(tokens.shape[1], []).append(index)
+        for index, session in enumerate(sessions):
+            groups.setdefault(session.pending, []).append(index)
         out: list[BlockLogits | None] = [None] * len(passes)
         for members in groups.values():
             for index, logits in zip(
@@ -326,17 +355,21 @@ def _full_together(target: DLMTarget, sessions: list[TargetSession], states: lis
 def _causal_together(
     target: DLMTarget, sessions: list[TargetSession], inputs: list[tuple[Tensor, Tensor, Tensor, Tensor | None]]
 ) -> list[BlockLogits]:
+    """One model call over block-causal generations, one row each (padded when several), then one
+    output-head call over the rows they read (`TargetSession.head_from`)."""
     if len(sessions) == 1:
         tokens, positions, attend, adapted = inputs[0]
-        return [sessions[0].causal_logits(*target.model(tokens, positions, attend, sessions[0].cached, adapted))]
-    tokens, positions, attend, past, adapted = pad_block_causal(inputs, [s.cached for s in sessions], target.mask_id)
-    logits, new_kv = target.model(tokens, positions, attend, past, adapted)
-    out, start = [], 0
-    for session, (rows, _, _, _) in zip(sessions, inputs):
-        t, part = rows.shape[1], slice(start, start + rows.shape[0])
-        out.append(session.causal_logits(logits[part, :t], [(k[part, :, :t], v[part, :, :t]) for k, v in new_kv]))
-        start += rows.shape[0]
-    return out
+        hidden, new_kv = target.model.hidden(tokens, positions, attend, sessions[0].cached, adapted)
+    else:
+        padded = pad_block_causal(inputs, [s.cached for s in sessions], target.mask_id)
+        hidden, new_kv = target.model.hidden(*padded)
+    lengths = [tokens.shape[1] for tokens, _, _, _ in inputs]
+    read = [hidden[i, s.head_from() : t] for i, (s, t) in enumerate(zip(sessions, lengths))]
+    logits = target.model.lm_head(torch.cat(read)).split([r.shape[0] for r in read])
+    return [
+        session.causal_logits(rows, [(k[i : i + 1, :, :t], v[i : i + 1, :, :t]) for k, v in new_kv])
+        for i, (session, rows, t) in enumerate(zip(sessions, logits, lengths))
+    ]
 
 
 def check_geometry(family: FamilySpec, gen_length: int, block_length: int) -> None:

@@ -1,5 +1,6 @@
-"""Target sessions: cached block passes equal full recomputes, batches equal single rows, and
-Dream's shifted logits are read from the position before the one they predict."""
+"""Target sessions: cached block passes equal full recomputes, batches equal single rows (a state
+that sees another is caught), and Dream's shifted logits are read from the position before the one
+they predict."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from harness.targets.registry import load_target
-from harness.targets.target import DLMTarget
+from harness.targets.target import DLMTarget, TargetSession
 
 PROMPT = [72, 101, 108, 108, 111, 33]  # 6 tokens: the prompt ends mid-block for B = 4
 BLOCK, BLOCKS = 4, 3
@@ -89,6 +90,23 @@ def test_a_batch_gives_the_logits_of_single_rows(family):
     assert (batch - single).abs().max() <= 1e-12
     batch, single = _batch_and_rows(target.exact())
     assert torch.equal(batch, single)
+
+
+@pytest.mark.parametrize("family", ["sdar", "converted"])
+def test_a_state_that_sees_another_state_is_caught(family, monkeypatch):
+    """Defect: the states of a block-causal pass, laid out in one row, attend to each other's keys.
+    A state alone sees only itself, so single rows cannot tell; the batch must."""
+    real = TargetSession.causal_inputs
+
+    def leaky(self, states):
+        tokens, positions, attend, adapted = real(self, states)
+        attend = attend.clone()
+        attend[self.pending :, attend.shape[1] - states.numel() :] = True
+        return tokens, positions, attend, adapted
+
+    monkeypatch.setattr(TargetSession, "causal_inputs", leaky)
+    batch, single = _batch_and_rows(_in_dtype(load_target(f"tiny-random:{family}:4"), torch.float64))
+    assert (batch - single).abs().max() > 1e-6
 
 
 @pytest.mark.parametrize("family", ["dream", "llada"])
