@@ -123,16 +123,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def ray_cli() -> list[str]:
+    """This environment's `ray`. Ray starts some of a head's processes through a shell without quoting
+    their paths, so a head cannot start from a folder whose path has a space in it (a clone in "my
+    projects/"): there the environment is reached through a symlink without one."""
+    prefix = Path(sys.prefix)
+    if not any(character.isspace() for character in str(prefix)):
+        return [str(Path(sys.executable).with_name("ray"))]
+    link = Path(tempfile.mkdtemp(prefix="env", dir="/tmp")) / "env"
+    link.symlink_to(prefix)
+    return [str(link / "bin" / "python"), "-m", "ray.scripts.scripts"]
+
+
 def start_head(
     env: dict[str, str], temp_dir: str | None = None, ready: Path | None = None
 ) -> tuple[subprocess.Popen, int]:
     """A Ray head in a process group of its own (killed by `kill_group`), once its port answers (and
     `ready` exists)."""
     port = free_port()
-    ray_cli = str(Path(sys.executable).with_name("ray"))
     head = subprocess.Popen(
         [
-            ray_cli,
+            *ray_cli(),
             "start",
             "--head",
             f"--port={port}",
