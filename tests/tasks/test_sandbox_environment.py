@@ -206,7 +206,9 @@ def test_a_loaded_machine_does_not_time_out_a_correct_program():
     before = os.sched_getaffinity(0)
     spin = "while True:\n    pass\n"
     os.sched_setaffinity(0, {cpu})  # this thread, the jails it starts and the spinners share it
-    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(3)]
+    # Each spinner leads a session of its own, as the jail does: with the scheduler's autogroups on,
+    # CPU is shared between sessions first, and three spinners in this one would leave the jail half.
+    spinners = [subprocess.Popen([sys.executable, "-c", spin], start_new_session=True) for _ in range(3)]
     try:
         loaded = check(burn(1.0) + GOOD, Limits(cpu_s=2))
         wall_decides = check(burn(1.0) + GOOD, Limits(cpu_s=2, wall_s=2.0))
