@@ -77,6 +77,10 @@ class ConvertRecipe:
     dtype: Literal["float32", "bfloat16"] = "float32"
     """`bfloat16`: the frozen base in bfloat16 and the step under CPU/GPU autocast (the adapter and
     its optimizer stay float32); on CPUs with AVX512-BF16 a step is several times faster."""
+    init_adapter: str = ""
+    """A converted target (zoo name or folder) of the same base and rank whose adapter starts this
+    conversion instead of zeros: a wider block length learns from a narrower one's adapter, which
+    already reads the mask token and attends bidirectionally inside a block. Empty: from zeros."""
 
     @staticmethod
     def load(path: str | Path, steps: int | None = None) -> ConvertRecipe:
@@ -92,6 +96,8 @@ class ConvertRecipe:
                 f"{where}: block_length {self.block_length} leaves the adapter nothing to learn (the "
                 "block's one token is the base's next-token prediction); use 2 or more"
             )
+        if self.init_adapter:
+            init_folder(self)
 
 
 @dataclass
@@ -196,6 +202,38 @@ def heldout_loss(target: DLMTarget, examples: list[Sequence], recipe: ConvertRec
     return total / max(1, len(examples))
 
 
+def init_folder(recipe: ConvertRecipe) -> Path:
+    """The converted folder `init_adapter` names: a zoo target's model folder, else a path."""
+    from harness.targets.zoo import model_dir
+
+    zoo = model_dir(recipe.init_adapter)
+    folder = zoo if is_converted(zoo) else Path(recipe.init_adapter)
+    if not is_converted(folder):
+        raise UserError(
+            f"recipe {recipe.name}: init_adapter {recipe.init_adapter!r} is not a converted target "
+            "(a zoo name or a folder that spotbench convert wrote)"
+        )
+    return folder
+
+
+def start_from_adapter(target: DLMTarget, recipe: ConvertRecipe, base_hash: str) -> None:
+    """Load `init_adapter`'s matrices into a fresh conversion; its base and rank must be this one's."""
+    from safetensors.torch import load_file
+
+    from harness.targets.converted import ADAPTER_FILE, read_meta
+
+    folder = init_folder(recipe)
+    meta = read_meta(folder)
+    if meta["base_hash"] != base_hash or meta["rank"] != recipe.rank or meta["alpha"] != recipe.alpha:
+        raise UserError(
+            f"recipe {recipe.name}: init_adapter {folder} was trained on base {meta['base_hash']} at rank "
+            f"{meta['rank']}, alpha {meta['alpha']}; this conversion is base {base_hash}, rank {recipe.rank}, "
+            f"alpha {recipe.alpha}"
+        )
+    if not adapter.load_lora(target.model, load_file(str(folder / ADAPTER_FILE))):
+        raise UserError(f"recipe {recipe.name}: {folder / ADAPTER_FILE} does not fit rank {recipe.rank}")
+
+
 def check_out_dir(out_dir: Path) -> None:
     """A conversion writes only into a folder of its own: an --out that holds something else (a zoo
     model, another checkpoint) would have its model/ replaced, so it is refused."""
@@ -255,6 +293,8 @@ def train_conversion(
             )
         adapter.load_lora(target.model, state["adapter"])
         tokens_seen, seconds, curve = state["tokens_seen"], state["seconds"], state["curve"]
+    elif recipe.init_adapter:
+        start_from_adapter(target, recipe, base_hash)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {
         "base": recipe.base,

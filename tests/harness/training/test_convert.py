@@ -20,7 +20,7 @@ from harness.targets.converted import (
     save_converted,
 )
 from harness.training import loop
-from harness.training.convert import ConvertRecipe, Sequence, layout, train_conversion
+from harness.training.convert import ConvertRecipe, Sequence, layout, start_from_adapter, train_conversion
 from harness.training.loop import state_files
 
 PROMPT = [(37 * i + 11) % 200 + 30 for i in range(11)]
@@ -153,6 +153,27 @@ def test_an_interrupted_conversion_resumes_bit_identically(tmp_path, monkeypatch
     for (name, x), y in zip(adapter.lora_state(a.model).items(), adapter.lora_state(b.model).values()):
         assert torch.equal(x, y), name
     assert whole["curve"][-1]["heldout_loss"] < whole["curve"][0]["heldout_loss"] + 1.0
+
+
+def test_a_conversion_starts_from_another_conversions_adapter(tmp_path) -> None:
+    """`init_adapter`: a wider block length starts from a narrower one's adapter of the same base and
+    rank (its matrices, not zeros); another rank is refused in one line, before any step."""
+    base = tiny_random_ar(1)
+    train_conversion(_recipe(), base, _pairs(), tmp_path / "b4")
+    narrow = load_converted(tmp_path / "b4" / "model", torch.float32, torch.device("cpu"))
+    wide = _recipe(block_length=8, init_adapter=str(tmp_path / "b4" / "model"))
+    fresh = convert(base, mask_id=5, rank=4, alpha=8.0)
+    start_from_adapter(fresh, wide, adapter.weights_hash(base.model))
+    for (name, x), y in zip(adapter.lora_state(narrow.model).items(), adapter.lora_state(fresh.model).values()):
+        assert torch.equal(x, y), name
+    from_zeros = train_conversion(_recipe(block_length=8), base, _pairs(), tmp_path / "zeros", stop_after_s=0.0)
+    started = train_conversion(wide, base, _pairs(), tmp_path / "b8", stop_after_s=0.0)
+    assert started["steps"] == from_zeros["steps"] == 1
+    with pytest.raises(UserError, match=r"rank 4.*rank 2"):
+        train_conversion(dataclasses.replace(wide, rank=2), base, _pairs(), tmp_path / "r2")
+    assert not (tmp_path / "r2").exists()
+    with pytest.raises(UserError, match="not a converted target"):
+        dataclasses.replace(wide, init_adapter=str(tmp_path / "missing")).check("recipe")
 
 
 def test_a_resumed_conversion_with_another_recipe_is_refused(tmp_path) -> None:
