@@ -22,15 +22,21 @@ is no unjailed fallback):
   slot leases a pair, program and judge, by a lock file under /run that every scorer process on
   the host respects, so RLIMIT_NPROC (per uid) counts one jail's tasks only and a fork-heavy
   program cannot starve another scorer's; a non-root harness gets an unprivileged user namespace
-  (uid 65534, no nested user namespaces);
+  (uid 65534, bwrap's `--disable-userns`);
+- no user namespaces of its own, under either harness: a seccomp filter (libseccomp's, loaded by
+  bwrap before the jail's command starts; `sandbox_jail.userns_filter`) fails unshare and clone
+  with CLONE_NEWUSER (EPERM) and clone3 (ENOSYS: libc falls back to clone), and kills a thread
+  that makes a syscall of another ABI (i386, x32), so `unshare -r` and the mounts it would allow
+  are refused;
 - the file system: read-only binds of /usr (and the /bin, /lib links into it), the Python
-  installation, its venv and the launcher; a private tmpfs at /tmp (`Limits.disk_bytes`) that
-  vanishes with the jail, mounted before the binds, so a Python installed under /tmp is bound over
-  it rather than hidden, and holding the work dir, which the jailed uid makes itself (a program
-  may remove it, as it could its own temporary directory); a fresh /proc (the jail's own
-  processes) and a minimal /dev. Nothing else of the host exists in the jail and the binds are
-  read-only, so no path, descriptor or dir_fd lets the code read the harness's files or
-  environment, or write, chmod, utime or pin (immutable-flag ioctl) anything that outlives the run;
+  installation and its venv; a read-only copy of the launcher; a private tmpfs at /tmp
+  (`Limits.disk_bytes`) that vanishes with the jail, mounted before the binds, so a Python
+  installed under /tmp is bound over it rather than hidden, and holding the work dir, which the
+  jailed uid makes itself (a program may remove it, as it could its own temporary directory); a
+  fresh /proc (the jail's own processes) and a minimal /dev. Nothing else of the host exists in
+  the jail and the binds are read-only, so no path, descriptor or dir_fd lets the code read the
+  harness's files or environment, or write, chmod, utime or pin (immutable-flag ioctl) anything
+  that outlives the run;
 - no network (own network namespace: a loopback that is down); own PID, IPC and UTS namespaces; a
   new session (no terminal injection);
 - rlimits set inside the jail before the untrusted code is compiled: CPU time (what decides a
@@ -39,18 +45,26 @@ is no unjailed fallback):
   output cap enforced here;
 - cleanup: killing a jail's bwrap ends its whole PID namespace, and `--die-with-parent` ends the
   jails when the harness thread that started them dies, SIGKILL included;
-- a clean environment: PATH, HOME/TMPDIR (/tmp), LANG and single-thread BLAS settings.
+- a clean environment: PATH, HOME/TMPDIR (/tmp), LANG and single-thread BLAS settings;
+- of the host's paths, only /usr's and the Python trees': bwrap reads its options, the launcher
+  and the filter from pipes (`sandbox_jail.start`), and a shell step takes the interpreter's path
+  from the environment and unsets it, so the argv of bwrap, the jail's pid 1 (/proc/1/cmdline),
+  names no other host path, nor does the jail's mountinfo or environment.
 
 Guarded only by an audit hook inside the program (defence in depth; the jail holds without it, as
 the hostile tests check with `audit_hook=False`): refusing process creation, sockets, ctypes,
 tracing, signals to other processes and file changes outside /tmp.
 
-Not guaranteed: the kernel itself (no seccomp filter: the jailed code reaches every syscall, and
-under a root harness may create user namespaces of its own); tmpfs pages count against the host's
-memory, not RLIMIT_AS; under a non-root harness the jails share uid 65534. Names the tests take
-from the program are trusted as the official harnesses trust them (HumanEval's scorer gives the
-judge the prompt's own helpers, so a completion cannot rig `poly`). Tests that iterate or compare
-a non-plain object of the program fail here (no MBPP or HumanEval reference solution needs that).
+Not guaranteed: the kernel itself (the seccomp filter refuses new user namespaces only: every
+other syscall is reachable); the Python trees are bound at their host paths (the venv's
+interpreter finds its base Python there), so the code sees those paths (sys.prefix, its own
+/proc/self/cmdline, the mount points and backing device in /proc/self/mountinfo), and a venv
+inside a checkout shows the checkout's path; under a root harness, pid 1's argv shows the leased
+uid; tmpfs pages count against the host's memory, not RLIMIT_AS; under a non-root harness the
+jails share uid 65534. Names the tests take from the program are trusted as the official harnesses
+trust them (HumanEval's scorer gives the judge the prompt's own helpers, so a completion cannot rig
+`poly`). Tests that iterate or compare a non-plain object of the program fail here (no MBPP or
+HumanEval reference solution needs that).
 """
 
 from __future__ import annotations
@@ -59,7 +73,6 @@ import fcntl
 import json
 import os
 import queue
-import selectors
 import shutil
 import signal
 import subprocess
@@ -72,6 +85,7 @@ from functools import cache
 from pathlib import Path
 
 from harness.errors import UserError
+from tasks.sandbox_jail import collect, start, stop, userns_filter
 
 CHILD = Path(__file__).with_name("sandbox_child.py")
 LAUNCHER = "/spotbench/launcher.py"  # where CHILD appears inside a jail
@@ -86,10 +100,14 @@ JAIL_ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
+# The jail's command: a shell step that takes the interpreter's path from the environment (set by
+# bwrap), so that no host path is on bwrap's argv, which the jail's pid 1 shows; then, for a root
+# harness, setpriv (its arguments follow ROLE), which names the interpreter when it cannot run it.
+INTERPRETER_VAR = "SPOTBENCH_PYTHON"
+INTERPRETER = f'python=${INTERPRETER_VAR}; unset {INTERPRETER_VAR} PWD; exec "$@" "$python" -I -B {LAUNCHER} "$0"'
 UID_BASE = 2_100_000_000  # root harness: lease n runs its program as UID_BASE + 2n, judge + 1
 UID_LEASES = 1 << 20  # uid pairs to lease from (far below 2**32 - UID_BASE)
 UID_LOCKS = Path("/run/spotbench-jail-uids")  # one lock file per leased pair, held while in use
-GRACE_S = 1.0  # how long the program may take to exit once the judge is done
 
 
 @dataclass(frozen=True)
@@ -187,8 +205,8 @@ def tools() -> tuple[str, str]:
 @cache
 def read_only_view() -> tuple[str, ...]:
     """bwrap arguments for what a jail sees of the host: /usr, the top-level links or dirs into it,
-    the Python installation and the venv at their own paths (the venv's interpreter finds both),
-    and the launcher."""
+    and the Python installation and the venv at their own paths (the venv's interpreter finds both);
+    the launcher's directory, which `_spawn` fills with a copy of the launcher."""
     args = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         path = Path("/", name)
@@ -206,7 +224,7 @@ def read_only_view() -> tuple[str, ...]:
 
     for tree in python_trees():
         args += [*parents(tree), "--ro-bind", tree, tree]
-    return (*args, *parents(LAUNCHER), "--ro-bind", str(CHILD), LAUNCHER)
+    return (*args, *parents(LAUNCHER))
 
 
 @cache
@@ -245,7 +263,8 @@ def work_dir() -> str:
 
 def jail_command(role: str, uid: int, limits: Limits) -> list[str]:
     """`python -I -B launcher.py ROLE` in a fresh jail: bwrap with everything unshared, and for a
-    root harness setpriv down to `uid` (bwrap's own user namespace would map the jail to root)."""
+    root harness setpriv down to `uid` (bwrap's own user namespace would map the jail to root). The
+    interpreter's path reaches the command through the environment (see INTERPRETER)."""
     bwrap, setpriv = tools()
     command = [
         bwrap,
@@ -271,13 +290,18 @@ def jail_command(role: str, uid: int, limits: Limits) -> list[str]:
         "--new-session",
         "--clearenv",
     ]
-    for name, value in JAIL_ENV.items():
+    for name, value in {**JAIL_ENV, INTERPRETER_VAR: sys.executable}.items():
         command += ["--setenv", name, value]
     if os.geteuid() == 0:
-        command += [
+        return [
+            *command,
             "--cap-add",
             "CAP_SETUID,CAP_SETGID,CAP_SETPCAP",
             "--",
+            "/bin/sh",
+            "-c",
+            INTERPRETER,
+            role,
             setpriv,
             f"--reuid={uid}",
             f"--regid={uid}",
@@ -286,9 +310,8 @@ def jail_command(role: str, uid: int, limits: Limits) -> list[str]:
             "--bounding-set=-all",
             "--",
         ]
-    else:
-        command += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns", "--cap-drop", "ALL", "--"]
-    return [*command, sys.executable, "-I", "-B", LAUNCHER, role]
+    command += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--disable-userns", "--cap-drop", "ALL", "--"]
+    return [*command, "/bin/sh", "-c", INTERPRETER, role]
 
 
 def run(segments: list[tuple[str, str]], limits: Limits = Limits(), *, audit_hook: bool = True) -> Outcome:
@@ -375,7 +398,7 @@ def _run(segments: list[tuple[str, str]], limits: Limits, slot: int, audit_hook:
         ),
         ("judge", {"limits": child_limits, "tests": segments[-1][1], **where, "channel": [replies[0], requests[1]]}),
     )
-    start = time.monotonic()
+    began = time.monotonic()
     procs: list[subprocess.Popen] = []
     status = "done"
     try:
@@ -388,9 +411,9 @@ def _run(segments: list[tuple[str, str]], limits: Limits, slot: int, audit_hook:
                 os.close(fd)
         wall_s = limits.wall_s if limits.wall_s is not None else 6 * limits.cpu_s
         program, judge = procs
-        status, out = _collect(program, judge, start + wall_s, limits.output_bytes)
+        status, out = collect(program, judge, began + wall_s, limits.output_bytes)
     finally:
-        codes = [_stop(proc, patient=status == "done") for proc in procs]
+        codes = [stop(proc, patient=status == "done") for proc in procs]
     program_code, judge_code = codes
     if status == "done":
         status = _status(program_code, judge_code, out["judge_stdout"])
@@ -401,85 +424,15 @@ def _run(segments: list[tuple[str, str]], limits: Limits, slot: int, audit_hook:
         program_code,
         out["program_stdout"][-4096:].decode(errors="replace"),
         stderr.decode(errors="replace"),
-        time.monotonic() - start,
+        time.monotonic() - began,
     )
 
 
 def _spawn(command: list[str], job: dict) -> subprocess.Popen:
-    """Start one jail and hand it its job on stdin; the channel fds travel by number."""
-    channel = job["channel"]
-    proc = subprocess.Popen(
-        command,
-        env=JAIL_ENV,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        close_fds=True,
-        pass_fds=channel,
-    )
-    assert proc.stdin is not None  # stdin=PIPE
-    try:
-        proc.stdin.write(json.dumps(job).encode())
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass
-    return proc
-
-
-def _collect(
-    program: subprocess.Popen, judge: subprocess.Popen, deadline: float, cap: int
-) -> tuple[str, dict[str, bytes]]:
-    """Read both jails' output until all of it ends: 'done', 'timeout' or 'output_limit'. Once the
-    judge is done, the program gets `GRACE_S` to exit (it does as soon as the channel closes)."""
-    assert program.stdout and program.stderr and judge.stdout and judge.stderr  # spawned with PIPEs
-    streams = {
-        program.stdout.fileno(): "program_stdout",
-        program.stderr.fileno(): "program_stderr",
-        judge.stdout.fileno(): "judge_stdout",
-        judge.stderr.fileno(): "judge_stderr",
-    }
-    out = {name: bytearray() for name in streams.values()}
-    judge_open = {judge.stdout.fileno(), judge.stderr.fileno()}
-    status = "done"
-    with selectors.DefaultSelector() as selector:
-        for fd in streams:
-            os.set_blocking(fd, False)
-            selector.register(fd, selectors.EVENT_READ)
-        while selector.get_map():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                status = "timeout" if judge_open else "done"
-                break
-            for key, _ in selector.select(remaining):
-                chunk = os.read(key.fd, 65536)
-                if chunk:
-                    out[streams[key.fd]] += chunk
-                    continue
-                selector.unregister(key.fd)
-                judge_open.discard(key.fd)
-                if not judge_open:
-                    deadline = min(deadline, time.monotonic() + GRACE_S)
-            if sum(map(len, out.values())) > cap:
-                status = "output_limit"
-                break
-    return status, {name: bytes(data) for name, data in out.items()}
-
-
-def _stop(proc: subprocess.Popen, patient: bool) -> int | None:
-    """The jail's exit code if it ended by itself (waiting up to GRACE_S when `patient`), else
-    None after killing it: killing bwrap ends its whole PID namespace. Killed before it is reaped,
-    so its process group id cannot have been reused."""
-    try:
-        code = proc.wait(GRACE_S if patient else 0)
-    except subprocess.TimeoutExpired:
-        code = None
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert proc.stdout is not None and proc.stderr is not None  # spawned with PIPEs
-    proc.stdout.close()
-    proc.stderr.close()
-    return code
+    """Start one jail with the launcher and the seccomp filter, and hand it its job on stdin; the
+    channel fds travel by number."""
+    files = {LAUNCHER: CHILD.read_bytes()}
+    return start(command, json.dumps(job).encode(), job["channel"], env=JAIL_ENV, files=files, seccomp=userns_filter())
 
 
 def _status(program_code: int | None, judge_code: int | None, verdict: bytes) -> str:

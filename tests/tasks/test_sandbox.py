@@ -232,6 +232,7 @@ def test_a_non_root_harness_jails_through_a_user_namespace():
             "tasks/__init__.py",
             "tasks/sandbox.py",
             "tasks/sandbox_child.py",
+            "tasks/sandbox_jail.py",
             "harness/__init__.py",
             "harness/errors.py",
         ):
