@@ -99,6 +99,7 @@ class Evaluator:
         """The rows of each pending group of the unit, one list per (group, prompt), groups outer: the
         unit's prompts of each group are decoded together, `batch_size` at a time."""
         from harness.lossless import near_tie_tolerance
+        from harness.targets.registry import block_length_trained
         from proposers import build_proposer
 
         target, task = self.target(unit.model), self.task(unit.task)
@@ -127,10 +128,11 @@ class Evaluator:
                     rule,
                     seed,
                     self.suite.gen_length,
-                    self.suite.block_length,
+                    self.suite.block_length_for(unit.model),
                     text,
                     sample.reference,
                     chat.label,
+                    block_length_trained(unit.model, self.suite.block_length_for(unit.model)),
                 )
                 for sample, prompt, text in zip(unit.samples, ids, texts)
             ]
@@ -163,14 +165,14 @@ class Evaluator:
             config = DecodeConfig(
                 parse_rule(rule, target.family, target.mask_id),
                 self.suite.gen_length,
-                self.suite.block_length,
+                self.suite.block_length_for(unit.model),
                 temperature,
                 CALIBRATION_SEED,
             )
             prompts = [
                 prompt_ids(task, s, self.chat(unit.model)) for s in task.load("train", limit=CALIBRATION_PROMPTS)
             ]
-            cost_key = (unit.model, self.suite.gen_length, self.suite.block_length)
+            cost_key = (unit.model, self.suite.gen_length, self.suite.block_length_for(unit.model))
             if cost_key not in self._costs:
                 self._costs[cost_key] = measure_pass_cost(target, prompts[0], config)
             plains = [(plain_decode(target, ids, config, keep_logits=True), config) for ids in prompts]

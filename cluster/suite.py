@@ -120,7 +120,11 @@ class Suite:
     arms alike: each prompt's tokens and passes are its batch-1 ones, its wall time its share of the
     batch's; one group per prompt and batch size, so `[1, 4, 16]` measures throughput by batch size."""
     gen_length: Count = 64
-    block_length: Count = 32
+    block_length: Annotated[int | None, accepts_check(int, "a whole number >= 1", optional=True, ge=1)] = None
+    """None: each target's trained block length (`harness.targets.registry.default_block_length`)."""
+    untrained_block_length: Switch = False
+    """Decode at a block length a target records it was not trained at (a study of one; every row
+    says so in `block_length_trained`). Without it such a block length is refused."""
     num_fewshot: Annotated[int | None, accepts_check(int, "a whole number >= 0", optional=True, ge=0)] = 0
     """Few-shot examples for tasks that have them; None keeps each task's own default."""
     mask_id: TokenId = None
@@ -155,6 +159,12 @@ class Suite:
         for name in EXECUTION_FIELDS:
             data.pop(name)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in data.items()}
+
+    def block_length_for(self, model: str) -> int:
+        """The block length `model` decodes at: the one asked for, else the one it was trained at."""
+        from harness.targets.registry import default_block_length
+
+        return self.block_length if self.block_length is not None else default_block_length(model)
 
     def groups(self, model: str | None = None) -> list[tuple[float, str, int]]:
         """(temperature, rule, seed): each has one plain reference per prompt. The rules are DLM
@@ -194,7 +204,7 @@ def resolve(suite: Suite) -> None:
     """Every model, proposer and task (with its split) names something that exists."""
     from harness.targets.ar import check_ar_name, is_ar_name
     from harness.targets.converted import check_converted, is_converted
-    from harness.targets.registry import check_lengths_for
+    from harness.targets.registry import check_block_length_for, check_lengths_for
     from harness.targets.tiny import parse_tiny_name
     from harness.targets.zoo import model_dir, zoo_names
     from proposers import check_arm_for_model, check_proposer, check_sampling
@@ -212,11 +222,12 @@ def resolve(suite: Suite) -> None:
             check_converted(model_dir(model) if model in zoo_names() else Path(model))
         elif model not in zoo_names():
             check_checkpoint_folder(model)
-        check_lengths_for(model, suite.gen_length, suite.block_length)
+        check_block_length_for(model, suite.block_length_for(model), suite.untrained_block_length)
+        check_lengths_for(model, suite.gen_length, suite.block_length_for(model))
     for proposer in suite.proposers:
         check_proposer(proposer)
         for model in suite.models:  # fitted to one model, block length (a Spiffy graph) or rule (SPOT-Sets)
-            check_arm_for_model(proposer, model, suite.block_length, suite.rules)
+            check_arm_for_model(proposer, model, suite.block_length_for(model), suite.rules)
             check_sampling(proposer, model, suite.ar_sampling)
     for name in suite.tasks:
         task = get_task(name)
@@ -343,7 +354,7 @@ def check_batch_memory(
         budget + 1,
         max(lengths, default=0),
         suite.gen_length,
-        suite.block_length,
+        suite.block_length_for(model),
         dtype,
     )
     if device.type == "cuda":

@@ -91,6 +91,8 @@ class Group:
     """The gold answer (`tasks.base.Sample.reference`), stored in every row; None without a task."""
     chat_template: str = "none"
     """How `prompt` was rendered (`tasks.chat.Chat.label`), stored in every row."""
+    block_length_trained: bool | None = None
+    """Whether the target was trained at `block_length` (None: it records none), stored in every row."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,7 @@ def _row(
         predicted_speedup_wall=arm.predicted_speedup_wall,
         gen_length=group.gen_length,
         block_length=group.block_length,
+        block_length_trained=group.block_length_trained,
         exact_mode=exact_mode,
         prompt_tokens=len(group.prompt_ids),
         prompt=group.prompt,

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 AUTO = -1
 """The budget of an `auto` arm in rows and summaries: each worker chooses the budget itself
 (`chosen_budget` says which)."""
@@ -60,6 +60,9 @@ class Row:
     # decoding settings shared by every row of a run
     gen_length: int
     block_length: int
+    block_length_trained: bool | None
+    """False: decoded at a block length the target was not trained at (`--untrained-block-length`);
+    None: the target records no trained block length (`harness.targets.registry.trained_block_lengths`)."""
     exact_mode: bool
     prompt_tokens: int
     # the sample, so a row can be checked and re-scored without the task's data

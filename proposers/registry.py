@@ -110,6 +110,16 @@ def check_spot_sets_fits(argument: str | None, model: str, block_length: int) ->
         )
 
 
+def check_spot_rule(argument: str | None, rule: str) -> None:
+    """SPOT orders single commits; under a threshold rule its tree would be the confidence chain's
+    (`StaleViewTreeProposer`'s fallback), so a row named `spot` would not be SPOT: refused."""
+    if spot_sets.threshold_tau(rule) is not None:
+        raise UserError(
+            f"{spec_name('spot', argument)} orders single commits (rule top1); under {rule} a pass commits "
+            "a set: use spot-sets (or spot-sets:DIR) for threshold rules, in a suite of its own"
+        )
+
+
 def check_spot_sets_rule(argument: str | None, rule: str) -> None:
     """SPOT-Sets drafts threshold sets at the tau its folder was trained for, or calibrated for if it
     holds a calibration (which is fitted at one tau)."""
@@ -190,6 +200,7 @@ PROPOSERS: dict[str, Family] = {
         "learned",
         lambda arg, target, plain: SpotProposer(spot_net(spot_folder(arg), device_of(target))),
         spot_trained_on,
+        check_for_rule=check_spot_rule,
     ),
     "spot-sets": Family(
         "learned",

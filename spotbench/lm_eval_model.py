@@ -44,6 +44,7 @@ SETTINGS = {
     "seed": "seeds",
     "gen_length": "gen_length",
     "block_length": "block_length",
+    "untrained_block_length": "untrained_block_length",
     "mask_id": "mask_id",
     "eos_id": "eos_id",
 }
@@ -60,7 +61,6 @@ DEFAULTS = {
     "temperature": "0",
     "seed": "0",
     "gen_length": "64",
-    "block_length": "32",
 }
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,8 @@ class ModelArgsError(ValueError):
 @register_model(NAME)
 class SpotbenchLM(LM):
     """See the module docstring. model_args: model, proposer, budget, rule, temperature, seed,
-    gen_length, block_length, mask_id, eos_id (as `spotbench decode` takes them), exact, device, dtype."""
+    gen_length, block_length, untrained_block_length, mask_id, eos_id (as `spotbench decode` takes
+    them), exact, device, dtype."""
 
     def __init__(self, **model_args: Any):
         super().__init__()
@@ -132,6 +133,7 @@ class SpotbenchLM(LM):
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
         from harness.pipeline import Group, evaluate_group
+        from harness.targets.registry import block_length_trained
         from proposers import build_proposer
         from tasks.base import cut
 
@@ -148,8 +150,11 @@ class SpotbenchLM(LM):
                 self.rule,
                 self.seed,
                 self.suite.gen_length,
-                self.suite.block_length,
+                self.suite.block_length_for(self.settings["model"]),
                 context,
+                block_length_trained=block_length_trained(
+                    self.settings["model"], self.suite.block_length_for(self.settings["model"])
+                ),
             )
             [row] = evaluate_group(self.target, group, [self.arm], build_proposer, None, self.exact, self.tolerance)
             until = tuple(s for s in (gen_kwargs or {}).get("until", ()) if s)

@@ -47,6 +47,60 @@ def family_of(name: str) -> FamilySpec:
         ) from None
 
 
+DEFAULT_BLOCK_LENGTH = 32
+"""The block length of a target that records none it was trained at (full-attention families are
+trained on whole answers, so every block length is theirs; tiny random targets are not trained)."""
+CONFIG_BLOCK_KEYS = ("block_length", "block_size")
+
+
+def trained_block_lengths(name: str) -> tuple[int, ...]:
+    """The block lengths a diffusion target was trained to decode, read without its weights: a
+    converted folder's `converted.json`, a zoo model's `training.json`, a checkpoint config's
+    `block_length` / `block_size`. Empty: it records none (any block length is its own)."""
+    from harness.targets.converted import read_meta
+
+    if is_ar_name(name) or name.startswith("tiny-random"):
+        return ()
+    folder = model_dir(name) if name in zoo_names() else Path(name)
+    if is_converted(folder):
+        recorded = read_meta(folder).get("block_length")
+    elif name in zoo_names():
+        recorded = json.loads((folder / "training.json").read_text(encoding="utf-8")).get("block_length")
+    else:
+        try:
+            config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return ()
+        recorded = next((config[k] for k in CONFIG_BLOCK_KEYS if isinstance(config, dict) and k in config), None)
+    if isinstance(recorded, bool) or not isinstance(recorded, int) or recorded < 1:
+        return ()
+    return (recorded,)
+
+
+def default_block_length(name: str) -> int:
+    """The block length a target decodes at when none is asked for: the one it was trained at."""
+    trained = trained_block_lengths(name)
+    return trained[0] if trained else DEFAULT_BLOCK_LENGTH
+
+
+def block_length_trained(name: str, block_length: int) -> bool | None:
+    """Whether `name` was trained at `block_length`; None when it records no block length."""
+    trained = trained_block_lengths(name)
+    return (block_length in trained) if trained else None
+
+
+def check_block_length_for(name: str, block_length: int, untrained: bool, flag: str = "--block-length") -> None:
+    """UserError (one line) for a block length the target was not trained at, unless a study of
+    untrained block lengths asks for it (`untrained`, recorded in every row)."""
+    trained = trained_block_lengths(name)
+    if trained and block_length not in trained and not untrained:
+        lengths = ", ".join(map(str, trained))
+        raise UserError(
+            f"{name} was trained at block length {lengths}, not {block_length}: leave out {flag} to decode "
+            f"at {trained[0]}, or add --untrained-block-length to study an untrained one (recorded in every row)"
+        )
+
+
 def check_lengths_for(name: str, gen_length: int, block_length: int) -> None:
     """UserError (one line) if `gen_length` is not one the target family's published `generate` takes."""
     check_geometry(family_of(name), gen_length, block_length)

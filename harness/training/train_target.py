@@ -123,6 +123,8 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
         "steps": run.step,
         "heldout_loss": heldout_loss(model, validation, recipe, spec, ids, tokenizer),
     }
+    if spec is not None and spec.attention == "block_causal":
+        report["block_length"] = recipe.block_length  # what it decodes at (full attention: any)
     if spec is None:  # family ar
         save_ar_model(model, tokenizer, out_dir / MODEL_DIR, report)
         return report

@@ -8,10 +8,10 @@ head expects the target's logits to have moved, the runner-up under the same noi
 sibling, and at T > 0 so is the stale greedy token where it is a third token. The verifier decides
 what is committed, so SPOT is lossless by construction whatever the network outputs.
 
-Scope: SPOT orders single commits, i.e. the `top1` rule. Under a threshold rule a node commits a set;
-there SPOT delegates to the confidence chain (the rule simulated on the stale logits), and SPOT-Sets
-is left to its own proposer (proposers/spot_sets/). Without a stale view (first pass of a block on
-block-causal targets) it drafts nothing.
+Scope: SPOT orders single commits, i.e. the `top1` rule. Under a threshold rule a node commits a set:
+runs refuse `spot` there and name SPOT-Sets (proposers/spot_sets/); a library caller that builds
+SPOT anyway gets the confidence chain (the rule simulated on the stale logits), so it stays lossless.
+Without a stale view (first pass of a block on block-causal targets) it drafts nothing.
 
 What the tree is: from the root, the network scores every next
 commit (position times token choice); the frontier holds every scored but undrafted child; the best

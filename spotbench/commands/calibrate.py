@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness.errors import UserError
+from spotbench.commands import add_block_length_arguments, block_length_of
 
 MAX_PROMPTS = 50
 """A light calibration: three numbers need few examples (a prompt yields about 250), and a cap keeps
@@ -41,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--rule", help="threshold:TAU (default: the rule the checkpoint was trained for)")
     parser.add_argument("--temperatures", default="0,1")
-    parser.add_argument("--block-length", type=int, default=32)
+    add_block_length_arguments(parser)
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0, help="prompt k decodes with seed + k")
     parser.add_argument(
@@ -109,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--out {out} is the checkpoint itself; calibrate into a new folder (it gets a copy)")
     if target_kind(args.model) != "dlm":
         raise UserError(f"model {args.model!r} is autoregressive; SPOT-Sets drafts for diffusion targets")
+    args.block_length = block_length_of(args, args.model)
     check_lengths_for(args.model, args.gen_length, args.block_length)
     target = load_dlm_target(args.model, what="SPOT-Sets")
     names, prompts = load_prompts(sources, target)

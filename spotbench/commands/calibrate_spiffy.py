@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.errors import UserError
+from spotbench.commands import add_block_length_arguments, block_length_of
 
 if TYPE_CHECKING:
     from harness.targets.target import DLMTarget
@@ -38,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--rule", default="top1", help="top1 or threshold:TAU")
     parser.add_argument("--temperatures", default="0,1", help="one graph per temperature")
-    parser.add_argument("--block-length", type=int, default=32)
+    add_block_length_arguments(parser)
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--nodes", type=int, default=32, help="graph size D; a run prunes it to its budget")
     parser.add_argument("--seed", type=int, default=0, help="prompt k decodes with seed + k")
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     sources = calibration_set(args.tasks)
     temps = temperatures(args.temperatures)
     parse_rule(args.rule, next(iter(FAMILIES.values())), 0)  # a bad rule fails before the model loads
+    args.block_length = block_length_of(args, args.model)
     check_lengths_for(args.model, args.gen_length, args.block_length)
     if args.nodes < 1 or args.seed < 0:
         raise UserError("--nodes must be >= 1 and --seed >= 0")

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from harness.errors import UserError
+from spotbench.commands import add_block_length_arguments
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--temperature", default="0")
     parser.add_argument("--seed", default="0", help="noise seed in [0, 2**64)")
     parser.add_argument("--gen-length", default="64")
-    parser.add_argument("--block-length", default="16")
+    add_block_length_arguments(parser)
     parser.add_argument("--mask-id", help="mask token id, overriding the checkpoint's config and tokenizer")
     parser.add_argument("--eos-id", help="end-of-sequence token id, overriding the checkpoint's config and tokenizer")
     parser.add_argument(
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     from cluster.suite import build_suite
     from harness.lossless import near_tie_tolerance
     from harness.pipeline import Group, decode_text, evaluate_group
-    from harness.targets.registry import load_target
+    from harness.targets.registry import block_length_trained, load_target
     from harness.validation import NonNegative, check_value
     from proposers import arms, build_proposer
     from tasks.chat import Chat, check_token_id_prompts
@@ -118,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
             "seeds": [args.seed],
             "gen_length": args.gen_length,
             "block_length": args.block_length,
+            "untrained_block_length": args.untrained_block_length,
             "ar_sampling": args.ar_sampling,
             "mask_id": args.mask_id,
             "eos_id": args.eos_id,
@@ -164,9 +166,10 @@ def run(args: argparse.Namespace) -> int:
             rule,
             seed,
             suite.gen_length,
-            suite.block_length,
+            suite.block_length_for(args.model),
             text,
             chat_template=label,
+            block_length_trained=block_length_trained(args.model, suite.block_length_for(args.model)),
         )
         [row] = evaluate_group(
             target, group, [arm], build_proposer, None, args.exact, tolerance, ar_sampling=suite.ar_sampling

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from spotbench.commands import add_block_length_arguments
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -25,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", default="20", help="number of prompts")
     parser.add_argument("--fewshot", help="override the task's number of few-shot examples")
     parser.add_argument("--gen-length", default="128")
-    parser.add_argument("--block-length", default="32")
+    add_block_length_arguments(parser)
     parser.add_argument("--rule", default="top1")
     parser.add_argument("--temperature", default="0")
     parser.add_argument("--seed", default="0")
@@ -84,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         "seeds": [args.seed],
         "gen_length": args.gen_length,
         "block_length": args.block_length,
+        "untrained_block_length": args.untrained_block_length,
         "num_fewshot": args.fewshot,
         "device": args.device,
         "batch_sizes": None if args.batch_size is None else [args.batch_size],

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spotbench.commands import add_block_length_arguments
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("run", help="run a benchmark suite over Ray workers into a run directory")
@@ -34,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "sizes give one table per size (e.g. 1,4,16)",
     )
     parser.add_argument("--gen-length")
-    parser.add_argument("--block-length")
+    add_block_length_arguments(parser)
     parser.add_argument("--fewshot", help="few-shot examples for tasks that have them")
     parser.add_argument("--mask-id", help="mask token id of every diffusion target, overriding config and tokenizer")
     parser.add_argument("--eos-id", help="end-of-sequence token id of every target, overriding config and tokenizer")
@@ -99,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
             "batch_sizes": args.batch_size,
             "gen_length": args.gen_length,
             "block_length": args.block_length,
+            "untrained_block_length": args.untrained_block_length,
             "num_fewshot": args.fewshot,
             "exact": args.exact,
             "ar_sampling": args.ar_sampling,

@@ -16,7 +16,17 @@ from harness.targets.registry import load_target
 from harness.targets.zoo import model_dir
 from spotbench.cli import main
 
-SMALL = ["--gen-length", "16", "--block-length", "8", "--budget", "4", "--proposer", "confidence"]
+SMALL = [
+    "--gen-length",
+    "16",
+    "--block-length",
+    "8",
+    "--untrained-block-length",
+    "--budget",
+    "4",
+    "--proposer",
+    "confidence",
+]
 
 
 def bare_copy(tmp_path: Path, name: str = "sdar-a", drop_ids: bool = False) -> Path:

@@ -209,7 +209,10 @@ def test_a_graph_for_another_model_or_block_length_is_refused():
     "args, message",
     [
         (["--models", "sdar-b"], "spiffy was calibrated for model 'sdar-a', not 'sdar-b'"),
-        (["--block-length", "16", "--gen-length", "32"], "spiffy was calibrated at block length 32, not 16"),
+        (
+            ["--block-length", "16", "--untrained-block-length", "--gen-length", "32"],
+            "spiffy was calibrated at block length 32, not 16",
+        ),
     ],
 )
 def test_run_refuses_a_mismatched_graph_before_anything_starts(tmp_path, capsys, args, message):
@@ -224,7 +227,10 @@ def test_run_refuses_a_mismatched_graph_before_anything_starts(tmp_path, capsys,
     "args, message",
     [
         (["--model", "sdar-b", "--block-length", "32"], "spiffy was calibrated for model 'sdar-a', not 'sdar-b'"),
-        (["--model", "sdar-a", "--block-length", "16"], "spiffy was calibrated at block length 32, not 16"),
+        (
+            ["--model", "sdar-a", "--block-length", "16", "--untrained-block-length"],
+            "spiffy was calibrated at block length 32, not 16",
+        ),
     ],
 )
 def test_decode_refuses_a_mismatched_graph(capsys, args, message):

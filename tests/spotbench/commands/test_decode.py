@@ -94,3 +94,19 @@ def test_the_whole_seed_range_decodes_and_seeds_above_2_63_differ(capsys):
         assert main(["decode", "--prompt", "hi", "--temperature", "1", "--seed", str(seed), "--json", *SMALL]) == 0
         outputs.append(json.loads(capsys.readouterr().out)["completion"])
     assert len(set(outputs)) == 3
+
+
+@pytest.mark.slow  # loads SmolLM2
+def test_a_target_decodes_at_its_trained_block_length_unless_a_study_asks(capsys):
+    """sdar-smollm2 was trained at block length 4: without --block-length it decodes at 4; 8 is
+    refused in one line, and decoded only with --untrained-block-length, which its row records."""
+    common = ["decode", "--model", "sdar-smollm2", "--prompt", "2+2=", "--gen-length", "8", "--budget", "1", "--json"]
+    assert main(common) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["block_length"] == 4 and row["block_length_trained"] is True and row["exact"] is True
+    assert main([*common, "--block-length", "8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "trained at block length 4, not 8" in err and "\n" not in err
+    assert main([*common, "--block-length", "8", "--untrained-block-length"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["block_length"] == 8 and row["block_length_trained"] is False

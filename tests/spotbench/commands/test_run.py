@@ -45,6 +45,11 @@ def test_flags_override_the_file_and_lists_are_typed(tmp_path) -> None:
         (["--models", "tiny-random:llada", "--gen-length", "20"], "must be a multiple of block_length (8) for llada"),
         (["--address", "127.0.0.1:1"], "no Ray cluster at --address 127.0.0.1:1"),
         (["--address", "head-node"], "--address head-node is not host:port"),
+        (["--models", "sdar-a", "--block-length", "16"], "sdar-a was trained at block length 32, not 16"),
+        (
+            ["--proposers", "spot", "--rules", "top1,threshold:0.9"],
+            "under threshold:0.9 a pass commits a set: use spot-sets",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args, message) -> None:
