@@ -7,7 +7,8 @@ A run directory only grows. Re-running into it with
 - a config whose list settings (models, proposers, tasks, temperatures, rules, budgets, seeds,
   batch sizes) keep every earlier item, and whose `limit` is at least the earlier one, *extends* it: every
   finished group and arm is reused and only the new ones are decoded (a larger limit takes the next
-  prompts of the split, which loads prompts in a fixed order). The manifest records each extension;
+  prompts of the split, which loads prompts in a fixed order; past the end of every split it takes
+  none and changes nothing, `limit_adds_prompts`). The manifest records each extension;
 - anything else refuses: a scalar setting that changes what every row means (`split`, `gen_length`,
   `block_length`, `num_fewshot`, `exact`, or any setting this code does not know), a smaller limit, or
   a list that drops an item (its rows would outlive the config that no longer names them).
@@ -50,6 +51,14 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> ConfigChange:
         )
         (change.extended if grows else change.refused)[key] = (before, after)
     return change
+
+
+def limit_adds_prompts(before: Any, after: Any, tasks: Any, split_sizes: dict[str, int]) -> bool:
+    """Whether raising the limit from `before` to `after` gives some task of `tasks` more prompts: not
+    when every split already ended within the earlier limit (a task of unknown size: it may)."""
+    return not isinstance(tasks, list) or any(
+        task not in split_sizes or min(after, split_sizes[task]) > min(before, split_sizes[task]) for task in tasks
+    )
 
 
 def describe(changes: dict[str, tuple[Any, Any]]) -> str:

@@ -19,7 +19,8 @@ A run directory (DESIGN.md section 5) holds
 
 Re-opening a directory resumes it, or extends it when the config only grows (`harness.configs`);
 any other config, another schema version or other checkpoint/data bytes are refused, because rows of
-two configs must never be mixed. Settings that do not change results (workers, Ray address) are not
+two configs must never be mixed, and so is a run whose records disagree with its rows
+(`harness.store.resume_refusal`). Settings that do not change results (workers, Ray address) are not
 part of the config.
 """
 
@@ -32,7 +33,7 @@ import platform
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 @dataclass
 class RunDir:
     path: Path
+    _verified: store.Verification | None = field(default=None, repr=False, compare=False)
+    """What `check` verified, handed to the next `verify` call (nothing is written between them)."""
 
     @property
     def manifest_path(self) -> Path:
@@ -90,8 +93,17 @@ class RunDir:
         return run
 
     @classmethod
-    def check(cls, path: str | Path, config: dict[str, Any], inputs: dict[str, Any] | None = None) -> RunDir:
-        """Refuse (UserError) a directory that `open` would refuse, without writing anything."""
+    def check(
+        cls,
+        path: str | Path,
+        config: dict[str, Any],
+        inputs: dict[str, Any] | None = None,
+        verification: store.Verification | None = None,
+    ) -> RunDir:
+        """Refuse (UserError) a directory that `open` would refuse, without writing anything: another
+        schema version or config, other input bytes, a foreign or unwritable directory, and a run whose
+        records disagree with its rows (`verification`, else verified here; the next `verify` call on
+        the returned RunDir returns it)."""
         run = cls(Path(path))
         if run.manifest_path.exists():
             manifest = run.manifest()
@@ -113,6 +125,11 @@ class RunDir:
                     f"{path} was run with other bytes of the same inputs ({', '.join(changed)}); rows "
                     "of both would mix: restore them or use a new output directory"
                 )
+            verified = verification or store.verify(run.path)
+            refusal = store.resume_refusal(run.path, verified.damage)
+            if refusal:
+                raise UserError(refusal)
+            run._verified = None if verification else verified
         elif run.path.exists() and (not run.path.is_dir() or any(run.path.iterdir())):
             raise UserError(f"{path} is not empty and is not a spotbench run directory; choose another")
         check_writable(run.path)
@@ -134,12 +151,16 @@ class RunDir:
         (`verification`, else verified here) move to `damaged/` so their groups are decoded again.
         `split_sizes`: the prompts in each task's split (before the limit), so that a complete run says
         how many prompts its config plans (`harness.store` checks its rows against them)."""
-        run = cls.check(path, config, inputs)
+        run = cls.check(path, config, inputs, verification)
         session = {"started": _now(), "command": command}
         if run.manifest_path.exists():
             manifest = run.manifest()
-            extended = configs.compare(manifest["config"], config).extended
             damage = (verification or run.verify()).damage
+            sizes = (manifest.get("split_sizes") or {}) | (split_sizes or {})
+            extended = configs.compare(manifest["config"], config).extended
+            if "limit" in extended and not configs.limit_adds_prompts(*extended["limit"], config.get("tasks"), sizes):
+                extended = {k: v for k, v in extended.items() if k != "limit"}  # past every split's end: no change
+                config = config | {"limit": manifest["config"]["limit"]}
             store.quarantine(run.path, damage)
             history = manifest.get("config_history", [])
             if extended:
@@ -159,7 +180,7 @@ class RunDir:
                     "inputs": {
                         kind: previous.get(kind, {}) | (inputs or {}).get(kind, {}) for kind in ("checkpoints", "data")
                     },
-                    "split_sizes": (manifest.get("split_sizes") or {}) | (split_sizes or {}),
+                    "split_sizes": sizes,
                     "sessions": manifest.get("sessions", [])
                     + [
                         session
@@ -214,7 +235,9 @@ class RunDir:
         self.update_manifest(status=status, error=error, sessions=sessions, resumes=len(sessions) - 1)
 
     def verify(self) -> store.Verification:
-        return store.verify(self.path)
+        """`harness.store.verify` of the directory; right after `check`, the verification it made."""
+        verified, self._verified = self._verified, None
+        return verified or store.verify(self.path)
 
     def write_group(self, rows: list[Row]) -> bool:
         """Write one group's rows (one per arm) atomically and index them; False (and nothing

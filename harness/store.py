@@ -19,7 +19,8 @@ the file itself. `verify` trusts a file only when
   rows, with the manifest's config, seeds and inputs in its metadata.
 
 What fails is a `Damage` (one line each, `spotbench verify`); a resumed run moves damaged files to
-`damaged/` and decodes their groups again, and `report` and `gate` refuse a damaged run.
+`damaged/` and decodes their groups again, but refuses a run whose records disagree with rows that
+are sound on their own (`resume_refusal`), and `report` and `gate` refuse a damaged run.
 
 These checks find accidental damage and inputs that do not match; a deliberate edit made
 consistently (rows, index and manifest together) passes them. `run_digest`, one sha256 over the
@@ -29,6 +30,7 @@ records it, and `spotbench gate --baseline-digest` refuses a baseline that is no
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -71,6 +73,10 @@ class Damage:
     """Relative to the run directory (`samples/<name>.parquet`, `index.jsonl`, `summary.parquet`)."""
     problem: str
     group: str | None = None
+    recomputable: bool = True
+    """A sample file or an index line: a resumed run moves it aside and decodes its group again. False:
+    the run's records (manifest, index, summary) disagree with rows that are sound on their own, and
+    nothing tells which side is right, so a resumed run refuses (`resume_refusal`)."""
 
     def line(self) -> str:
         return f"{self.file}{f' ({self.group})' if self.group else ''}: {self.problem}"
@@ -117,10 +123,19 @@ def write_parquet(table: pa.Table, final: Path) -> str:
 
 
 def read_parquet(source: Path | bytes) -> pa.Table:
-    """Read with page checksums verified (a flipped bit in a data page raises, not a wrong number)."""
-    return pq.read_table(
-        pa.BufferReader(source) if isinstance(source, bytes) else source, page_checksum_verification=True
-    )
+    """Read with page checksums verified (a flipped bit in a data page raises, not a wrong number).
+
+    Bytes are read from a copy in memory Arrow owns, never from the Python object: Arrow reads on its
+    own threads, and when a read fails (a truncated or flipped file) one of them can drop the last
+    reference to its source after the error has reached Python. A source backed by a Python object
+    then takes the GIL in its destructor; if the interpreter is already exiting, Python ends that
+    thread inside the C++ destructor, and the process aborts (`terminate called without an active
+    exception`, exit 134) after the command has said its line."""
+    if isinstance(source, bytes):
+        owned = pa.BufferOutputStream()
+        owned.write(source)
+        return pq.read_table(pa.BufferReader(owned.getvalue()), page_checksum_verification=True)
+    return pq.read_table(source, page_checksum_verification=True)
 
 
 def append_index(directory: Path, record: dict[str, Any]) -> None:
@@ -195,9 +210,10 @@ def verify(directory: Path) -> Verification:
         label = group_label(row) if row else None
         why = f"a copy of {SAMPLES_DIR}/{twin}'s group" if twin else "not written by this run"
         result.damage.append(Damage(f"{SAMPLES_DIR}/{name}", f"{why} (not in {INDEX_FILE})", label))
-    result.damage += _limit_problems(config, result)
+    records = _limit_problems(config, result)
     if manifest.get("status") == "complete":
-        result.damage += _complete_run_problems(directory, manifest, result)
+        records += _complete_run_problems(directory, manifest, result)
+    result.damage += [dataclasses.replace(d, recomputable=False) for d in records]
     return result
 
 
@@ -377,7 +393,7 @@ def _complete_run_problems(directory: Path, manifest: dict[str, Any], result: Ve
             Damage(
                 MANIFEST_FILE,
                 f"a complete run's manifest without {', '.join(absent)} (removed after the "
-                "run completed); run the run's command again to recompute the summary",
+                "run completed): its summary and rows cannot be checked against it",
             )
         ]
     damage = []
@@ -525,10 +541,38 @@ def quarantine(directory: Path, damage: list[Damage]) -> None:
         os.replace(temp, directory / INDEX_FILE)
 
 
+RESTORE = "restore the run directory from a copy, or run into a new output directory"
+"""The way out of records that disagree with the rows (a resumed run cannot rebuild them)."""
+
+
 def damage_message(directory: Path, damage: list[Damage]) -> str:
     """One line for commands that refuse a damaged run (report, gate)."""
+    records = [d for d in damage if not d.recomputable]
+    first = (records or damage)[0]
+    more = f" and {len(damage) - 1} more" if len(damage) > 1 else ""
+    way_out = (
+        f"its records disagree with its rows: {RESTORE}"
+        if records
+        else "re-running the run's command recomputes damaged groups"
+    )
+    return (
+        f"{directory} is damaged: {first.line()}{more}; `spotbench verify {directory}` lists every problem, and "
+        f"{way_out}"
+    )
+
+
+def resume_refusal(directory: Path, damage: list[Damage]) -> str | None:
+    """The line that refuses to resume a run whose records disagree with its rows (None: resumable).
+
+    Damaged sample files are moved aside and their groups decoded again; but rows that are sound on
+    their own and disagree with the summary, the index or the manifest (a row edited and its index
+    line updated, the summary left as it was) cannot be told apart from a damaged record, and a
+    resumed run would rebuild the summary from them, after which `verify` would pass."""
+    records = [d for d in damage if not d.recomputable]
+    if not records:
+        return None
     more = f" and {len(damage) - 1} more" if len(damage) > 1 else ""
     return (
-        f"{directory} is damaged: {damage[0].line()}{more}; `spotbench verify {directory}` lists every "
-        "problem, and re-running the run's command recomputes damaged groups"
+        f"{directory} cannot be resumed: {records[0].line()}{more}; its records disagree with its rows, and "
+        f"rebuilding from the rows would hide it: {RESTORE} (`spotbench verify {directory}` lists every problem)"
     )

@@ -27,6 +27,10 @@ diffusion target.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import struct
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +44,7 @@ from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.targets import adapter
 from harness.targets.converted import convert, is_converted, save_converted
+from harness.targets.devices import available_memory
 from harness.targets.target import DLMTarget
 from harness.training.loop import TrainingRun, precision
 from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text
@@ -236,7 +241,9 @@ def start_from_adapter(target: DLMTarget, recipe: ConvertRecipe, base_hash: str)
 
 def check_out_dir(out_dir: Path) -> None:
     """A conversion writes only into a folder of its own: an --out that holds something else (a zoo
-    model, another checkpoint) would have its model/ replaced, so it is refused."""
+    model, another checkpoint) would have its model/ replaced, so it is refused; and one it could not
+    create or write is refused before the base loads."""
+    check_writable(out_dir)
     if not out_dir.exists():
         return
     if not out_dir.is_dir():
@@ -251,6 +258,140 @@ def check_out_dir(out_dir: Path) -> None:
         raise UserError(f"--out {out_dir} holds {what}, not a conversion run; give a new folder")
 
 
+def check_writable(out_dir: Path) -> None:
+    """UserError (one line) if `out_dir` could not be created or written: its nearest existing folder
+    must let this user write (`os.access`) and take a probe file (created and removed), which also
+    catches what permission bits do not say, such as root under /proc or a read-only file system."""
+    existing = out_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        if existing == out_dir:
+            return  # a file at --out itself: check_out_dir names it
+        raise UserError(f"--out {out_dir}: {existing} is a file, not a folder; give a folder for the conversion")
+    try:
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise PermissionError(13, "permission denied")
+        descriptor, probe = tempfile.mkstemp(prefix=".spotbench-probe-", dir=existing)
+        os.close(descriptor)
+        os.unlink(probe)
+    except OSError as error:
+        raise UserError(
+            f"--out {out_dir}: cannot write in {existing} ({error.strerror or error}); give a folder you can write"
+        ) from None
+
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+"""Where a causal LM's config.json gives its context length, in the order they are read."""
+
+
+def base_context_length(name: str) -> int | None:
+    """The positions the base was trained on (`max_position_embeddings`), read without its weights:
+    a folder's config.json, a GGUF file's header (`<architecture>.context_length`), the config of a
+    tiny random base (built in code, in milliseconds). None when the base does not say."""
+    from harness.targets.ar import SMOLLM2, TINY_AR, folder_of, gguf_location, parse_tiny_ar_name, smollm2_file
+
+    if name.startswith(TINY_AR):
+        from harness.targets.ar import tiny_random_ar
+
+        return int(tiny_random_ar(parse_tiny_ar_name(name)).model.config.max_position_embeddings)
+    path = smollm2_file() if name == SMOLLM2 else folder_of(name)
+    if path.suffix == ".gguf" or not (path / "config.json").is_file():
+        folder, file = gguf_location(path)
+        return gguf_context_length(folder / file)
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    values = [config.get(key) for key in CONTEXT_KEYS] if isinstance(config, dict) else []
+    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
+
+
+GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+"""GGUF metadata value types of fixed size -> their struct format (8 is a string, 9 an array)."""
+
+
+def gguf_context_length(path: Path) -> int | None:
+    """`<architecture>.context_length` from a GGUF file's metadata, which comes before its tensors:
+    the header is read key by key up to it (no tensor is read). None if the file does not say."""
+
+    def read(handle, form: str):
+        data = handle.read(struct.calcsize(form))
+        if len(data) < struct.calcsize(form):
+            raise ValueError("cut short")
+        return struct.unpack(form, data)[0]
+
+    def skip(handle, kind: int) -> None:
+        if kind == 8:
+            handle.seek(read(handle, "<Q"), os.SEEK_CUR)
+        elif kind == 9:
+            inner, count = read(handle, "<I"), read(handle, "<Q")
+            if inner in GGUF_SCALARS:
+                handle.seek(struct.calcsize(GGUF_SCALARS[inner]) * count, os.SEEK_CUR)
+            else:
+                for _ in range(count):
+                    skip(handle, inner)
+        else:
+            handle.seek(struct.calcsize(GGUF_SCALARS[kind]), os.SEEK_CUR)
+
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(4) != b"GGUF" or read(handle, "<I") < 2:  # version 1 counted in 32 bits
+                return None
+            read(handle, "<Q")  # tensors
+            for _ in range(read(handle, "<Q")):
+                key = handle.read(read(handle, "<Q")).decode("utf-8", "replace")
+                kind = read(handle, "<I")
+                if key.endswith(".context_length") and kind in (0, 2, 4, 10, 1, 3, 5, 11):
+                    return int(read(handle, GGUF_SCALARS[kind]))
+                skip(handle, kind)
+    except (OSError, ValueError, KeyError, struct.error):
+        return None
+    return None
+
+
+def layout_bytes(recipe: ConvertRecipe) -> tuple[int, int]:
+    """(the longest sequence a recipe makes, in positions; the bytes of one batch's attention masks).
+
+    A sequence is at most prompt_max_tokens + answer_max_tokens + EOS, padded to the block grid. Its
+    clean context C is the sequence less its last block, its noisy span L runs from the block holding
+    the prompt's end, at most a block more than the answer's blocks; `layout` holds the clean mask
+    [batch, 1, C, C] and the noisy one [batch, 1, L, C + L] (bool), and builds a [C, C] causal mask
+    and an [L, L] block mask beside them."""
+    size = recipe.block_length
+    longest = -(-(recipe.prompt_max_tokens + recipe.answer_max_tokens + 1) // size) * size
+    clean = max(longest - size, 1)
+    noisy = min(longest, size + -(-recipe.answer_max_tokens // size) * size)
+    return longest, recipe.batch_size * (clean * clean + noisy * (clean + noisy)) + clean * clean + noisy * noisy
+
+
+def check_layout(recipe: ConvertRecipe, context: int | None, where: str) -> None:
+    """Refuse (one line), before anything is allocated, a recipe whose blocks or sequences are longer
+    than the base's context (`context` positions; None: not known), or whose batch's attention masks
+    alone would not fit in the memory this machine has available."""
+    longest, needed = layout_bytes(recipe)
+    size = recipe.block_length
+    if context is not None and size > context:
+        raise UserError(
+            f"{where}: block_length {size} is longer than base {recipe.base}'s context ({context} positions, "
+            "max_position_embeddings); use a block length that fits"
+        )
+    if context is not None and longest > context:
+        raise UserError(
+            f"{where}: prompt_max_tokens {recipe.prompt_max_tokens} + answer_max_tokens "
+            f"{recipe.answer_max_tokens} + EOS make sequences of up to {longest} positions at block_length "
+            f"{size}, longer than base {recipe.base}'s context ({context} positions); lower them"
+        )
+    available = available_memory()
+    if needed > available:
+        raise UserError(
+            f"{where}: a batch of {recipe.batch_size} sequences of up to {longest} positions at block_length "
+            f"{size} needs {needed / 2**30:.2f} GiB for its attention masks alone, and this machine has "
+            f"{available / 2**30:.2f} GiB available; lower block_length, batch_size or the prompt and answer "
+            "token limits"
+        )
+
+
 def train_conversion(
     recipe: ConvertRecipe,
     base,
@@ -262,6 +403,8 @@ def train_conversion(
     `stop_after_s` seconds at a checkpoint (a later call resumes). Returns the training report."""
     recipe.check(f"recipe {recipe.name}")
     check_out_dir(out_dir)
+    config = getattr(base.model, "config", None)
+    check_layout(recipe, getattr(config, "max_position_embeddings", None), f"recipe {recipe.name}")
     data = sequences(pairs, recipe, base.eos_id)
     validation, training = data[: recipe.validation_examples], data[recipe.validation_examples :]
     if recipe.train_examples:

@@ -34,8 +34,14 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from harness.errors import UserError
-    from harness.targets.registry import load_target, target_kind
-    from harness.training.convert import ConvertRecipe, check_out_dir, train_conversion
+    from harness.targets.registry import load_target
+    from harness.training.convert import (
+        ConvertRecipe,
+        base_context_length,
+        check_layout,
+        check_out_dir,
+        train_conversion,
+    )
     from spotbench.commands.train_drafter import task_pairs
 
     recipe = ConvertRecipe.load(args.recipe, args.steps)
@@ -46,11 +52,8 @@ def run(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise UserError(f"--threads must be a positive integer, got {args.threads}")
         torch.set_num_threads(args.threads)
-    if target_kind(recipe.base) != "ar":
-        raise UserError(
-            f"recipe {args.recipe}: base {recipe.base!r} is not an autoregressive target; convert "
-            "a causal LM (smollm2, a Llama/Qwen2/Qwen3 causal-LM folder)"
-        )
+    check_base(recipe.base, f"recipe {args.recipe}")
+    check_layout(recipe, base_context_length(recipe.base), f"recipe {args.recipe}")  # before anything is allocated
     base = load_target(recipe.base, "cpu", "float32")
     stop = args.stop_after_minutes * 60 if args.stop_after_minutes else None
     per_task = [task_pairs(_Limits(recipe, name), base) for name in recipe.tasks]
@@ -59,6 +62,28 @@ def run(args: argparse.Namespace) -> int:
     report = train_conversion(recipe, base, pairs, Path(args.out), stop)
     print(json.dumps({k: report[k] for k in ("name", "steps", "finished", "train_seconds", "heldout_loss")}))
     return 0
+
+
+def check_base(name: str, where: str) -> None:
+    """The base names an autoregressive target that exists, checked without loading it: a path that
+    is not there is named as missing, not as a target of the wrong kind."""
+    from harness.errors import UserError
+    from harness.targets.ar import SMOLLM2, check_ar_name
+    from harness.targets.registry import target_kind
+    from harness.targets.zoo import zoo_names
+
+    named = name == SMOLLM2 or name.startswith("tiny-random") or name in zoo_names()  # not paths
+    if not named and not Path(name).exists():
+        raise UserError(
+            f"{where}: base {name} does not exist; give smollm2, tiny-random-ar[:SEED], or a causal-LM "
+            "folder or GGUF file"
+        )
+    if target_kind(name) != "ar":
+        raise UserError(
+            f"{where}: base {name!r} is not an autoregressive target; convert "
+            "a causal LM (smollm2, a Llama/Qwen2/Qwen3 causal-LM folder)"
+        )
+    check_ar_name(name)
 
 
 class _Limits:

@@ -7,6 +7,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -382,3 +383,101 @@ def test_results_store_and_summary_share_the_schema_module_without_importing_eac
         imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         assert not imported & forbidden, (module.__name__, imported & forbidden)
+
+
+def _half_done_edit(run: RunDir) -> None:
+    """One row's spec_nfe edited and its index line made to agree; the summary left as it was."""
+    first = sorted(run.samples_dir.glob("*.parquet"))[0]
+    table = read_parquet(first)
+    column = table.schema.get_field_index("spec_nfe")
+    edited = [n + (i == 0) for i, n in enumerate(table.column("spec_nfe").to_pylist())]
+    store.write_parquet(table.set_column(column, table.schema.field(column), pa.array(edited, pa.int64())), first)
+    _forge_index(run, first.name, sha256=sha256_file(first))
+
+
+def _snapshot(directory) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_a_resume_refuses_rows_the_summary_does_not_summarize_and_writes_nothing(clean, tmp_path, capsys) -> None:
+    """A half-done edit (a row and its index line, not the summary) is found by verify; resuming must
+    not rebuild the summary from the edited rows (after which verify would pass), but refuse."""
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(clean.path, run.path)
+    _half_done_edit(run)
+    assert main(["verify", str(run.path)]) == 1
+    assert "summary.parquet: tiny-random:sdar/arith" in capsys.readouterr().out
+    before = _snapshot(run.path)
+    with pytest.raises(UserError, match=r"cannot be resumed: summary\.parquet: .* restore .* new output directory"):
+        RunDir.open(run.path, SUITE.config(), [0])
+    assert _snapshot(run.path) == before
+    command = ["run", "--models", "tiny-random:sdar", "--proposers", "confidence,oracle", "--limit", "2"]
+    command += ["--temperatures", "0", "--budgets", "0,4", "--gen-length", "16", "--block-length", "8"]
+    assert main([*command, "--output", str(run.path), "--no-progress"]) == 2  # refused before Ray would start
+    err = capsys.readouterr().err
+    assert err.startswith("spotbench: error: ") and err.count("\n") == 1 and "cannot be resumed" in err, err
+    assert _snapshot(run.path) == before and main(["verify", str(run.path)]) == 1
+    # negative control: the same command resumes the clean run (nothing to decode, so no Ray either)
+    intact = tmp_path / "intact"
+    shutil.copytree(clean.path, intact)
+    assert main([*command, "--output", str(intact), "--no-progress"]) == 0
+    assert main(["verify", str(intact)]) == 0
+
+
+def test_config_history_records_only_extensions_that_add_work(tmp_path) -> None:
+    """A larger limit adds the next prompts of a split; past the split's end it adds none, and the
+    run's config and history stay as they were (no extension happened)."""
+    small = SUITE.config() | {"limit": 2}
+    RunDir.open(tmp_path / "whole", small, [0], split_sizes={"arith": 2})
+    reopened = RunDir.open(tmp_path / "whole", small | {"limit": 5}, [0], split_sizes={"arith": 2})
+    manifest = reopened.manifest()
+    assert manifest["config_history"] == [] and manifest["config"]["limit"] == 2
+    assert manifest["sessions"][-1]["extended"] == {}
+    grown = RunDir.open(tmp_path / "whole", small | {"limit": 5, "budgets": [0, 4, 8]}, [0], split_sizes={"arith": 2})
+    [entry] = grown.manifest()["config_history"]
+    assert entry["changes"] == {"budgets": [[0, 4], [0, 4, 8]]} and grown.manifest()["config"]["limit"] == 2
+    # negative control: a split with more prompts grows with the limit, and the history says so
+    RunDir.open(tmp_path / "part", small, [0], split_sizes={"arith": 24})
+    extended = RunDir.open(tmp_path / "part", small | {"limit": 5}, [0], split_sizes={"arith": 24}).manifest()
+    assert [e["changes"] for e in extended["config_history"]] == [{"limit": [2, 5]}]
+    assert extended["config"]["limit"] == 5 and extended["sessions"][-1]["extended"] == {"limit": [2, 5]}
+
+
+DAMAGED_RUNS = {
+    "truncated": lambda run: _truncate(sorted(run.samples_dir.glob("*.parquet"))[0]),
+    "bit flip": lambda run: flip_bit(sorted(run.samples_dir.glob("*.parquet"))[0]),
+    "half-done edit": _half_done_edit,
+}
+
+
+def _truncate(path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+@pytest.mark.slow
+def test_readers_of_a_damaged_run_exit_with_their_code_and_one_line_every_time(clean, tmp_path) -> None:
+    """report, verify and gate on damaged runs, 20 times each in fresh interpreters: each exits with
+    its status and says its line, and nothing after it (no native thread aborting the exit)."""
+    runs = {}
+    for kind, damage in DAMAGED_RUNS.items():
+        runs[kind] = RunDir(tmp_path / kind.replace(" ", "-"))
+        shutil.copytree(clean.path, runs[kind].path)
+        damage(runs[kind])
+    commands = {
+        "report": (lambda path: ["report", path], 2),
+        "verify": (lambda path: ["verify", path], 1),
+        "gate": (lambda path: ["gate", path, "--baseline", str(clean.path)], 2),
+    }
+    for name, (argv, code), attempt in ((n, c, a) for n, c in commands.items() for a in range(20)):
+        run = list(runs.values())[attempt % len(runs)]  # one at a time: side by side, the exits race less
+        done = subprocess.run(
+            [sys.executable, "-m", "spotbench.cli", *argv(str(run.path))], capture_output=True, text=True, timeout=300
+        )
+        where = f"{name} on {run.path.name}, call {attempt + 1}: rc {done.returncode}, stderr {done.stderr!r}"
+        assert done.returncode == code, where
+        if code == 1:  # verify: the damage on stdout, nothing on stderr
+            assert done.stderr == "" and done.stdout.startswith(str(run.path)), where
+        else:
+            assert done.stderr.startswith("spotbench: error: ") and done.stderr.count("\n") == 1, where
+            assert "is damaged" in done.stderr, where
+    assert not any((run.path / "report.html").exists() for run in runs.values())

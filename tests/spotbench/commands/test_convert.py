@@ -1,6 +1,8 @@
 """`spotbench convert` refuses a bad recipe with one line and exit 2, before it loads anything or
 writes its run folder."""
 
+from pathlib import Path
+
 import pytest
 
 from spotbench.cli import main
@@ -109,3 +111,61 @@ def test_an_out_folder_that_holds_something_else_is_refused(tmp_path, capsys) ->
     assert main(["convert", str(recipe), "--out", str(other)]) == 2
     assert "not a conversion run" in capsys.readouterr().err
     assert (other / "model" / "config.json").read_text() == "{}"
+
+
+TINY = """name: c
+base: tiny-random-ar:1
+tasks: [arith]
+steps: 1
+batch_size: 2
+validation_examples: 2
+"""
+
+
+def _refused(tmp_path, capsys, recipe: str, out, message: str) -> str:
+    """Exit 2, one stderr line holding `message`, no traceback, and no --out folder made."""
+    (tmp_path / "r.yaml").write_text(recipe)
+    assert main(["convert", str(tmp_path / "r.yaml"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("spotbench: error: ") and err.count("\n") == 1 and message in err, err
+    assert not out.exists()
+    return err
+
+
+def test_a_block_length_past_the_bases_context_is_refused_before_the_base_loads(tmp_path, capsys, monkeypatch) -> None:
+    """smollm2's context (8192 positions) is read from its GGUF header: a block of 100000 positions
+    would have allocated masks of tens of GB before failing."""
+    import harness.targets.registry
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the base was loaded")
+
+    monkeypatch.setattr(harness.targets.registry, "load_target", no_loading)
+    message = "block_length 100000 is longer than base smollm2's context (8192 positions"
+    _refused(tmp_path, capsys, RECIPE + "block_length: 100000\n", tmp_path / "out", message)
+    longest = "prompt_max_tokens: 8000\nanswer_max_tokens: 8000\n"  # blocks that fit, sequences that do not
+    _refused(tmp_path, capsys, RECIPE + longest, tmp_path / "out", "sequences of up to 16004 positions")
+
+
+def test_a_batch_whose_attention_masks_do_not_fit_in_memory_is_refused(tmp_path, capsys, monkeypatch) -> None:
+    """Block length 4000 fits tiny-random-ar's context (4096) but not in 1 MiB: the layout's masks
+    ([batch, 1, C, C] and [batch, 1, L, C + L] bool) are estimated before anything is allocated."""
+    import harness.training.convert
+
+    monkeypatch.setattr(harness.training.convert, "available_memory", lambda: 2**20)
+    err = _refused(tmp_path, capsys, TINY + "block_length: 4000\n", tmp_path / "out", "for its attention masks alone")
+    assert "0.04 GiB" in err and "this machine has 0.00 GiB available" in err and "block_length 4000" in err
+
+
+def test_an_out_folder_that_cannot_be_written_is_refused_before_the_base_loads(tmp_path, capsys) -> None:
+    """Root writes through permission bits, so the unwritable places are a file's child and /proc."""
+    (tmp_path / "file").write_text("x")
+    _refused(tmp_path, capsys, TINY, tmp_path / "file" / "out", f"{tmp_path / 'file'} is a file, not a folder")
+    _refused(tmp_path, capsys, TINY, Path("/proc/spotbench-convert-out"), "cannot write in /proc")
+
+
+def test_a_missing_base_path_is_named_as_missing(tmp_path, capsys) -> None:
+    missing = tmp_path / "no-such-model"
+    _refused(
+        tmp_path, capsys, RECIPE.replace("smollm2", str(missing)), tmp_path / "out", f"base {missing} does not exist"
+    )
