@@ -10,19 +10,24 @@ proposer), and it is measured, not assumed:
 2. `predict`: for each candidate budget, the passes, rows and proposer time the proposer needs on
    calibration prompts (train split), from `replay` of their recorded plain generations, which is
    exact and costs no target pass; the predicted wall time is passes x cost(rows per pass) plus the
-   proposer's time plus the engine's per-commit time (measured on the plain generations, the same
-   for every arm).
+   proposer's time per pass x passes plus the engine's time per commit x commits (measured on the
+   plain generations, the same for every arm). The two rates are ratios of sums over the calibration
+   prompts that no disturbance moved (`harness.bootstrap.disturbed`, as the summary's
+   `speedup_wall_robust`): another process slowing one prompt's proposer or engine for a moment
+   must not choose the budget.
 3. `choose_budget`: the budget with the smallest predicted time, i.e. the most committed tokens per
    second; its predicted speedup_wall goes into the results beside the measured one.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from harness.bootstrap import disturbed
 from harness.decoding import DecodeConfig, Generation, Proposer
 from harness.decoding.generation import synchronize
 from harness.decoding.replay import replay
@@ -87,7 +92,7 @@ def predict(
     budgets: Sequence[int] = CANDIDATES,
 ) -> list[Prediction]:
     """Each budget's predicted time on the calibration generations (recorded with keep_logits)."""
-    engine_per_commit = sum(p.metrics.other_s for p, _ in plains) / sum(p.metrics.commits for p, _ in plains)
+    engine_per_commit = robust_rate([(p.metrics.other_s, p.metrics.commits) for p, _ in plains])
     commits = sum(p.metrics.commits for p, _ in plains)
     plain_nfe = sum(p.metrics.nfe for p, _ in plains)
     plain_seconds = plain_nfe * cost.at(1) + commits * engine_per_commit
@@ -96,9 +101,19 @@ def predict(
         runs = [replay(plain, make_proposer(plain), config, budget) for plain, config in plains]
         nfe = sum(r.metrics.nfe for r in runs)
         rows = sum(r.metrics.rows for r in runs)
-        seconds = nfe * cost.at(rows / nfe) + sum(r.metrics.proposer_s for r in runs) + commits * engine_per_commit
+        proposer_per_pass = robust_rate([(r.metrics.proposer_s, r.metrics.nfe) for r in runs])
+        seconds = nfe * (cost.at(rows / nfe) + proposer_per_pass) + commits * engine_per_commit
         predictions.append(Prediction(budget, seconds, plain_seconds / seconds, plain_nfe / nfe))
     return predictions
+
+
+def robust_rate(samples: Sequence[tuple[float, int]]) -> float:
+    """Seconds per unit over (seconds, units) samples, one per prompt: the ratio of sums over the
+    samples whose own rate is not disturbed (more than `DISTURBED_FACTOR` off the samples' median)."""
+    flags = disturbed([seconds / units if units else math.nan for seconds, units in samples])
+    kept = [sample for sample, off in zip(samples, flags) if not off]
+    units = sum(u for _, u in kept)
+    return sum(s for s, _ in kept) / units if units else 0.0
 
 
 def choose_budget(predictions: Sequence[Prediction]) -> Prediction:

@@ -6,10 +6,13 @@ An arm is (model, proposer, task, temperature, rule, budget, batch size). It fai
   (exactness does not need a baseline; checked on every arm of the run, over its token-checked rows:
   AR rejection sampling at T>0 is lossless in distribution, proved by a statistical test, not per row);
 - `mean_accept_len` < `accept_fraction` x the baseline's: the proposer got worse;
-- `speedup_nfe` or `speedup_wall` is outside a relative noise band around the baseline's. The band
-  is two-sided on purpose: an unexplained jump is as suspicious as a drop (a change in pass
+- `speedup_nfe` or `speedup_wall_robust` is outside a relative noise band around the baseline's. The
+  band is two-sided on purpose: an unexplained jump is as suspicious as a drop (a change in pass
   accounting, a stale baseline) and is resolved by refreshing the baseline. Pass counts are
-  deterministic, so their band is narrow; wall time is noisy, so its band is wide;
+  deterministic, so their band is narrow; wall time is noisy, so its band is wide, and the wall
+  figure compared leaves out the rows another process slowed (`harness.summary.wall_disturbed`:
+  one such row can move a ratio of sums further than the band; the check's `allowed` says how many
+  rows of the run were left out);
 - `accuracy` < the Wilson lower bound of the baseline's accuracy (its k correct of n at `z`): a
   drop the baseline's own sampling noise cannot explain;
 - the arm is missing from the run, or the run did not complete.
@@ -95,6 +98,11 @@ def load_summary(path: str | Path) -> Summary:
                 "directory"
             )
         record = json.loads(raw)
+        if record.get("schema_version") != SCHEMA_VERSION:  # its columns are not this version's
+            raise UserError(
+                f"{path} is a summary of schema version {record.get('schema_version')}; this spotbench "
+                f"reads version {SCHEMA_VERSION}: run its suite again with this version and gate against that"
+            )
         return Summary(table.to_pylist(), record.get("status"), record, str(path))
     if not (path / "manifest.json").exists():
         raise UserError(f"{path} is neither a run directory nor a summary.parquet file")
@@ -187,13 +195,15 @@ def gate(
                 row["mean_accept_len"] >= floor,
             )
         )
-        for metric, band in (("speedup_nfe", t.nfe_band), ("speedup_wall", t.wall_band)):
-            if base[metric] is None or row[metric] is None:
+        for metric, band in (("speedup_nfe", t.nfe_band), ("speedup_wall_robust", t.wall_band)):
+            if base[metric] is None:
                 continue
             low, high = base[metric] * (1 - band), base[metric] * (1 + band)
-            checks.append(
-                Check(arm, metric, row[metric], base[metric], f"{low:.3f}..{high:.3f}", low <= row[metric] <= high)
-            )
+            allowed = f"{low:.3f}..{high:.3f}"
+            if metric == "speedup_wall_robust" and row["disturbed_rows"]:
+                allowed += f" ({row['disturbed_rows']} of {row['n']} rows disturbed, left out)"
+            value = row[metric]  # None: no undisturbed row (or no wall time) left to compare
+            checks.append(Check(arm, metric, value, base[metric], allowed, value is not None and low <= value <= high))
         if base["correct"] is None or row["accuracy"] is None:  # unscored prompts (token ids): no accuracy
             checks.append(
                 Check(

@@ -2,12 +2,16 @@
 
 Plots are drawn as SVG by hand rather than with a plotting library so the page has no dependency,
 opens offline anywhere and stays small: speedup vs budget per proposer, histograms of transitions
-committed per pass, target passes per generated token, plus exactness and accuracy tables.
+committed per pass, target passes per generated token, plus exactness and accuracy tables. Wall
+figures carry their 95% interval over prompts, and the rows another process slowed
+(`harness.summary.wall_disturbed`) are counted beside the wall speedup without them and listed.
 """
 
 from __future__ import annotations
 
 import html
+import math
+import statistics
 from collections import defaultdict
 from typing import Any
 
@@ -16,6 +20,7 @@ from harness.errors import UserError
 from harness.gate import wilson_interval
 from harness.results import AUTO, ROW_SCHEMA, RunDir
 from harness.store import damage_message
+from harness.summary import SUMMARY_KEY, pass_cost, wall_disturbed
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 W, H, PAD = 360, 220, 42
@@ -34,13 +39,17 @@ def render_report(run: RunDir) -> str:
     colour = {p: COLOURS[i % len(COLOURS)] for i, p in enumerate(proposers)}
     sections = [
         _header(manifest, len(rows)),
-        _section("Speedup vs budget (solid: target passes, dashed: wall time)", _speedup_charts(summary, colour)),
+        _section(
+            "Speedup vs budget (solid: target passes, dashed: wall time without disturbed rows)",
+            _speedup_charts(summary, colour),
+        ),
         _section("Transitions committed per pass (largest budget)", _accept_histograms(rows, colour)),
         _section("Target passes per generated token", _nfe_per_token(summary, colour)),
         _section(
             "Budget chosen by measured latency (auto): predicted against measured speedup_wall", _auto_table(summary)
         ),
         _section("Throughput: tokens/s, where the wall time goes, per-prompt latency", _throughput_table(summary)),
+        _section("Disturbed rows: left out of the robust wall speedup", _disturbed_table(rows)),
         _section("Exactness", _exactness_table(summary, rows)),
         _section("Model loads per worker: time and peak memory", _loads_table(manifest)),
         _section("Autoregressive arms: tokens per cycle and per target forward", _ar_table(summary)),
@@ -96,7 +105,7 @@ def _speedup_charts(summary: list[dict], colour: dict[str, str]) -> str:
                 (
                     colour[proposer],
                     "5,4",
-                    [(r["budget"], r["speedup_wall"]) for r in arms if r["speedup_wall"] is not None],
+                    [(r["budget"], r["speedup_wall_robust"]) for r in arms if r["speedup_wall_robust"] is not None],
                 )
             )
         charts.append(_line_chart(title, series, "budget (draft nodes per pass)", "speedup (x)"))
@@ -201,11 +210,12 @@ def _ar_table(summary: list[dict]) -> str:
         return ""
     head = (
         "<tr><th>arm</th><th>sampling</th><th>n</th><th>tau</th><th>tokens per target forward</th>"
-        "<th>speedup nfe</th><th>speedup wall</th><th>acceptance per depth</th></tr>"
+        "<th>speedup nfe</th><th>speedup wall (95% over prompts; robust, disturbed rows)</th>"
+        "<th>acceptance per depth</th></tr>"
     )
     body = "".join(
         f"<tr><td>{_e(_arm(r))}</td><td>{_e(r['ar_sampling'])}</td><td>{r['n']}</td><td>{r['mean_accept_len']:.2f}</td>"
-        f"<td>{r['tokens_per_target_forward']:.2f}</td><td>{_x(r['speedup_nfe'])}</td><td>{_x(r['speedup_wall'])}</td>"
+        f"<td>{r['tokens_per_target_forward']:.2f}</td><td>{_x(r['speedup_nfe'])}</td><td>{_wall(r)}</td>"
         f"<td>{', '.join(f'{a:.2f}' for a in r['accept_rate_per_depth'])}</td></tr>"
         for r in ar
     )
@@ -215,7 +225,8 @@ def _ar_table(summary: list[dict]) -> str:
 def _throughput_table(summary: list[dict]) -> str:
     """Per arm (its batch size in its name): tokens/s and prompts/s of plain and speculative decoding
     per worker, the speculative wall split into target, proposer and engine (the plain reference's
-    engine share beside it) and per-prompt wall (a prompt's share of its batch's time)."""
+    engine share beside it) and per-prompt wall (a prompt's share of its batch's time); tokens/s and
+    the p50 latency with their 95% intervals over prompts."""
     head = (
         "<tr><th>arm</th><th>tok/s plain</th><th>tok/s spec</th><th>prompts/s plain</th><th>prompts/s spec</th>"
         "<th>target</th><th>proposer</th><th>engine</th>"
@@ -226,11 +237,13 @@ def _throughput_table(summary: list[dict]) -> str:
         target, proposer = r.get("target_share"), r["proposer_share"]
         engine = None if target is None or proposer is None else 1 - target - proposer
         rows.append(
-            f"<tr><td>{_e(_arm(r))}</td><td>{_num(r['plain_tokens_per_s'])}</td><td>{_num(r['spec_tokens_per_s'])}</td>"
+            f"<tr><td>{_e(_arm(r))}</td>"
+            f"<td>{_num(r['plain_tokens_per_s'])}{_interval(r.get('plain_tokens_per_s_ci95'), 1)}</td>"
+            f"<td>{_num(r['spec_tokens_per_s'])}{_interval(r.get('spec_tokens_per_s_ci95'), 1)}</td>"
             f"<td>{_num(r.get('plain_prompts_per_s'), 2)}</td><td>{_num(r.get('spec_prompts_per_s'), 2)}</td>"
             f"<td>{_pct(target)}</td><td>{_pct(proposer)}</td><td>{_pct(engine)}</td>"
-            f"<td>{_pct(r.get('plain_engine_share'))}</td><td>{_latency(r.get('plain_latency_s'))}</td>"
-            f"<td>{_latency(r.get('spec_latency_s'))}</td></tr>"
+            f"<td>{_pct(r.get('plain_engine_share'))}</td><td>{_latency(r, 'plain')}</td>"
+            f"<td>{_latency(r, 'spec')}</td></tr>"
         )
     return f"<table>{head}{''.join(rows)}</table>"
 
@@ -239,19 +252,50 @@ def _num(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _latency(values: list[float] | None) -> str:
-    return "-" if not values else " / ".join(f"{v:.2f}" for v in values)
+def _latency(r: dict, side: str) -> str:
+    """A side's p50 / p90 / p99 latency, then its p50's 95% interval over prompts."""
+    values = r.get(f"{side}_latency_s")
+    if not values:
+        return "-"
+    return " / ".join(f"{v:.2f}" for v in values) + _interval(r.get(f"{side}_latency_p50_ci95"), label="p50 ")
 
 
 def _auto_table(summary: list[dict]) -> str:
     auto = [r for r in summary if r["budget"] == AUTO]
     if not auto:
         return ""
-    head = "<tr><th>arm</th><th>chosen budgets</th><th>predicted speedup wall</th><th>measured speedup wall</th></tr>"
+    head = (
+        "<tr><th>arm</th><th>chosen budgets</th><th>predicted speedup wall</th>"
+        "<th>measured speedup wall (95% over prompts; robust, disturbed rows)</th></tr>"
+    )
     body = "".join(
         f"<tr><td>{_e(_arm(r))}</td><td>{', '.join(map(str, r['chosen_budgets']))}</td>"
-        f"<td>{_x(r['predicted_speedup_wall'])}</td><td>{_x(r['speedup_wall'])}</td></tr>"
+        f"<td>{_x(r['predicted_speedup_wall'])}</td><td>{_wall(r)}</td></tr>"
         for r in auto
+    )
+    return f"<table>{head}{body}</table>"
+
+
+def _disturbed_table(rows: list[dict]) -> str:
+    """Each row whose wall time `harness.summary.wall_disturbed` flags: its walls and its pass cost (time
+    per target forward over its plain reference's) beside its arm's median."""
+    flags = wall_disturbed(rows)
+    if not any(flags):
+        return "<p>none: every row's pass cost is within 3x of its arm's median</p>"
+    costs: defaultdict[tuple, list[float]] = defaultdict(list)
+    for r in rows:
+        if math.isfinite(cost := pass_cost(r)):
+            costs[tuple(r[k] for k in SUMMARY_KEY)].append(cost)
+    head = (
+        "<tr><th>arm</th><th>prompt</th><th>seed</th><th>plain wall s</th><th>spec wall s</th>"
+        "<th>pass cost (x plain pass)</th><th>arm's median</th></tr>"
+    )
+    body = "".join(
+        f'<tr class="bad"><td>{_e(_arm(r))}</td><td>{_e(r["sample_id"])}</td><td>{r["seed"]}</td>'
+        f"<td>{r['plain_wall_s']:.3f}</td><td>{r['spec_wall_s']:.3f}</td><td>{pass_cost(r):.2f}</td>"
+        f"<td>{statistics.median(costs[tuple(r[k] for k in SUMMARY_KEY)]):.2f}</td></tr>"
+        for r, off in zip(rows, flags)
+        if off
     )
     return f"<table>{head}{body}</table>"
 
@@ -274,13 +318,14 @@ def _loads_table(manifest: dict[str, Any]) -> str:
 def _accuracy_table(summary: list[dict]) -> str:
     head = (
         "<tr><th>arm</th><th>n</th><th>accuracy (plain)</th><th>accuracy (spec)</th>"
-        "<th>mean accept len</th><th>speedup nfe (95% over prompts)</th><th>speedup wall</th>"
+        "<th>mean accept len</th><th>speedup nfe (95% over prompts)</th>"
+        "<th>speedup wall (95% over prompts; robust, disturbed rows)</th>"
         "<th>stale hit rate</th></tr>"
     )
     body = "".join(
         f"<tr><td>{_e(_arm(r))}</td><td>{r['n']}</td><td>{_pct(r['accuracy'])}</td><td>{_pct(r['spec_accuracy'])}</td>"
         f"<td>{r['mean_accept_len']:.2f}</td><td>{r['speedup_nfe']:.2f}x{_interval(r.get('speedup_nfe_ci95'))}</td>"
-        f"<td>{_x(r['speedup_wall'])}</td>"
+        f"<td>{_wall(r)}</td>"
         f"<td>{_pct(r['stale_hit_rate'])}</td></tr>"
         for r in summary
     )
@@ -390,8 +435,14 @@ def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _interval(bounds: list[float] | None) -> str:
-    return "" if bounds is None else f" ({bounds[0]:.2f}-{bounds[1]:.2f})"
+def _interval(bounds: list[float] | None, digits: int = 2, label: str = "") -> str:
+    return "" if bounds is None else f" ({label}{bounds[0]:.{digits}f}-{bounds[1]:.{digits}f})"
+
+
+def _wall(r: dict) -> str:
+    """speedup_wall with its interval, then the robust figure and the rows it left out."""
+    robust = f"; robust {_x(r['speedup_wall_robust'])}, {r['disturbed_rows']} of {r['n']} disturbed"
+    return f"{_x(r['speedup_wall'])}{_interval(r['speedup_wall_ci95'])}{robust}"
 
 
 def _pct(value: float | None) -> str:

@@ -13,10 +13,18 @@ rule, budget) decode the same prompts, so the comparisons between them resample 
 
 Together with `trained_on` these make a cross-model transfer study a view of a run
 (`spotbench run --models A,B,C --proposers confidence,confidence-branch,oracle,spot:DIR --transfer`).
+
+Wall figures (speedup_wall, tokens/s, p50 latency) carry 95% intervals over the same prompt draws.
+A ratio of wall sums follows one generation another process slowed, so the rows whose pass cost is
+far off their arm's are flagged (`wall_disturbed`), counted (`disturbed_rows`) and left out of
+`speedup_wall_robust`, the figure the gate compares. It is speedup_wall's own ratio of sums over the
+other rows, not a median of per-prompt ratios: equal to speedup_wall on an undisturbed run, so the
+two never disagree without a flagged row to say why.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -25,7 +33,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from harness.bootstrap import interval, resampled_speedups, versus_best
+from harness.bootstrap import disturbed, interval, resampled_quantile, resampled_speedups, versus_best
 from harness.schema import arrow_schema
 
 SUMMARY_KEY = ("model", "proposer", "task", "temperature", "rule", "budget", "batch_size")
@@ -55,10 +63,23 @@ class SummaryRow:
     distribution_n: int
     """Rows reported, not token-checked (verdict `distribution`: AR rejection sampling at T>0)."""
     lossless_rate: float
+    reference_checks: int
+    """Rows whose batched plain reference was decoded again alone and compared (`Row.reference_check`)."""
+    reference_logic_errors: int
+    """... of which the batched reference was not its decode alone: those rows are logic errors."""
     speedup_nfe: float
     """Plain over speculative target forwards (a proposer's draft forwards on the target's network counted)."""
     speedup_nfe_ci95: list[float]
     speedup_wall: float | None
+    """Plain over speculative wall time, a ratio of sums over every row (the throughputs' ratio)."""
+    speedup_wall_ci95: list[float] | None
+    """Its 95% interval over prompts (the draws of speedup_nfe_ci95)."""
+    speedup_wall_robust: float | None
+    """speedup_wall over the rows no disturbance moved (`wall_disturbed`); what `gate` compares.
+    Equal to speedup_wall when no row is disturbed; None when every row is."""
+    disturbed_rows: int
+    """Rows left out of speedup_wall_robust: their time per pass, against their plain reference's,
+    is off the arm's by more than `harness.bootstrap.DISTURBED_FACTOR` (`wall_disturbed`)."""
     mean_accept_len: float
     """Tokens per verify pass (AR: tokens per cycle, tau), bonus included."""
     tokens_per_target_forward: float
@@ -74,6 +95,9 @@ class SummaryRow:
     """Job throughput: tokens per second of worker time (rows' walls are their shares of their
     batches, so their sum is the time the workers spent), per worker."""
     spec_tokens_per_s: float | None
+    plain_tokens_per_s_ci95: list[float] | None
+    """95% intervals over prompts of the two throughputs (every row counted, as in the figures)."""
+    spec_tokens_per_s_ci95: list[float] | None
     plain_prompts_per_s: float | None
     """... and prompts per second of worker time, per worker."""
     spec_prompts_per_s: float | None
@@ -87,6 +111,9 @@ class SummaryRow:
     """Per-prompt wall time of the plain reference: [p50, p90, p99] over the arm's generations."""
     spec_latency_s: list[float]
     """... of the speculative arm."""
+    plain_latency_p50_ci95: list[float]
+    """95% interval over prompts of the p50 latency (plain; a prompt's seeds drawn together)."""
+    spec_latency_p50_ci95: list[float]
     stale_hit_rate: float | None
     stop_leaf: float
     """Of the arm's passes, the share whose walk stopped at a leaf (the budget ran out on that branch)."""
@@ -177,6 +204,8 @@ def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str
         "exact_rate": sum(checked) / len(checked) if checked else None,
         "distribution_n": n - len(checked),
         "lossless_rate": sum(r["verdict"] != "logic-error" for r in members) / n,
+        "reference_checks": sum(r["reference_check"] is not None for r in members),
+        "reference_logic_errors": sum(r["reference_check"] == "logic-error" for r in members),
         "speedup_nfe": total["plain_target_forwards"] / total["spec_target_forwards"],
         "speedup_wall": total["plain_wall_s"] / wall if wall else None,
         "mean_accept_len": total["spec_commits"] / total["spec_nfe"],
@@ -196,9 +225,70 @@ def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str
         "plain_engine_share": 1 - total["plain_target_s"] / total["plain_wall_s"] if total["plain_wall_s"] else None,
         "plain_latency_s": percentiles([r["plain_wall_s"] for r in members]),
         "spec_latency_s": percentiles([r["spec_wall_s"] for r in members]),
+        **_wall_certainty(members),
         "stale_hit_rate": sum(stale) / len(stale) if stale else None,
         **{f"stop_{reason}": total[f"stops_{reason}"] / total["spec_nfe"] for reason in ("leaf", "position", "token")},
     }
+
+
+def _wall_certainty(members: list[dict[str, Any]]) -> dict[str, Any]:
+    """The wall figures' 95% intervals over prompts (a prompt's seeds summed, the prompt draws of
+    speedup_nfe's interval) and speedup_wall over the undisturbed rows."""
+    prompts = sorted({r["sample_id"] for r in members})
+    position = {p: i for i, p in enumerate(prompts)}
+    sums = {f: [0.0] * len(prompts) for f in ("plain_wall_s", "spec_wall_s", "plain_tokens", "spec_tokens")}
+    for r in members:
+        for field, per_prompt in sums.items():
+            per_prompt[position[r["sample_id"]]] += r[field]
+
+    def ratio_interval(numerator: str, denominator: str) -> list[float] | None:
+        if not all(s > 0 for s in sums[denominator]):  # a prompt without time: some draws have none
+            return None
+        return list(interval(resampled_speedups(sums[numerator], {0: sums[denominator]})[0]))
+
+    def p50_interval(field: str) -> list[float]:
+        draws = resampled_quantile([r[field] for r in members], [position[r["sample_id"]] for r in members], 0.5)
+        return list(interval(draws))
+
+    kept = [r for r, off in zip(members, wall_disturbed(members)) if not off]
+    kept_wall = sum(r["spec_wall_s"] for r in kept)
+    return {
+        "speedup_wall_ci95": ratio_interval("plain_wall_s", "spec_wall_s"),
+        "speedup_wall_robust": sum(r["plain_wall_s"] for r in kept) / kept_wall if kept_wall else None,
+        "disturbed_rows": len(members) - len(kept),
+        "plain_tokens_per_s_ci95": ratio_interval("plain_tokens", "plain_wall_s"),
+        "spec_tokens_per_s_ci95": ratio_interval("spec_tokens", "spec_wall_s"),
+        "plain_latency_p50_ci95": p50_interval("plain_wall_s"),
+        "spec_latency_p50_ci95": p50_interval("spec_wall_s"),
+    }
+
+
+def pass_cost(row: dict[str, Any]) -> float:
+    """A row's time per target forward over its plain reference's (the same prompt on the same
+    worker, so the prompt's length and the target's cost cancel): what a speculative pass costs in
+    plain passes, set by the arm's tree size and proposer. NaN when either side has no time."""
+    spec, plain = row["spec_wall_s"], row["plain_wall_s"]
+    if not (spec > 0 and plain > 0 and row["spec_target_forwards"] > 0 and row["plain_target_forwards"] > 0):
+        return math.nan
+    return (spec / row["spec_target_forwards"]) / (plain / row["plain_target_forwards"])
+
+
+def wall_disturbed(rows: list[dict[str, Any]]) -> list[bool]:
+    """Per row: is its wall time disturbed? A row is when its `pass_cost` is more than
+    `DISTURBED_FACTOR` (3) times, or less than a third of, its arm's median
+    (`harness.bootstrap.disturbed`; an arm of fewer than three rows has none): another process
+    slowed its speculative decoding (above) or its plain reference (below, flagging the group's row
+    in every arm). Undisturbed rows of an arm agree on their pass cost within 2x; the disturbance
+    that put an 8-prompt arm at 0.59x (its per-prompt median 1.30x) was 11x. It depends on the
+    arm's other rows, so it is computed here, not when a row is written."""
+    arms: dict[tuple, list[int]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        arms[tuple(row[k] for k in SUMMARY_KEY)].append(i)
+    flags = [False] * len(rows)
+    for members in arms.values():
+        for i, off in zip(members, disturbed([pass_cost(rows[i]) for i in members])):
+            flags[i] = off
+    return flags
 
 
 def _ratio(members: list[dict[str, Any]], numerator: str, denominator: str) -> float:

@@ -1,4 +1,5 @@
 import dataclasses
+import json
 import shutil
 
 import pyarrow.parquet as pq
@@ -7,7 +8,7 @@ import pytest
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
 from harness.gate import Check, Thresholds, gate, render, wilson_interval
-from harness.results import Row, RunDir, group_id
+from harness.results import SCHEMA_VERSION, SUMMARY_METADATA, Row, RunDir, group_id
 from spotbench.cli import main
 from tasks.registry import get_task
 
@@ -81,7 +82,7 @@ def test_a_regressed_run_fails_with_a_table(tmp_path, rows, capsys) -> None:
     run = write_run(tmp_path / "run", bad)
     assert main(["gate", run, "--baseline", base]) == 1
     out = capsys.readouterr().out
-    for metric in ("exact_rate", "mean_accept_len", "speedup_nfe", "speedup_wall", "accuracy"):
+    for metric in ("exact_rate", "mean_accept_len", "speedup_nfe", "speedup_wall_robust", "accuracy"):
         assert any(
             line.split()[4] == metric and line.endswith("FAIL") for line in out.splitlines() if len(line.split()) > 5
         ), metric
@@ -104,6 +105,8 @@ def test_a_small_accuracy_drop_within_the_wilson_bound_passes(rows) -> None:
         "mean_accept_len": 2.0,
         "speedup_nfe": 2.0,
         "speedup_wall": 1.5,
+        "speedup_wall_robust": 1.5,
+        "disturbed_rows": 0,
     }
     ok = gate([base | {"accuracy": 0.35}], [base], "complete")
     assert all(c.ok for c in ok)
@@ -161,3 +164,71 @@ def test_a_summary_without_run_metadata_and_a_damaged_run_are_refused(tmp_path, 
     next((tmp_path / "base" / "samples").glob("*.parquet")).unlink()
     assert main(["gate", base, "--baseline", base]) == 2
     assert "is damaged: samples/" in capsys.readouterr().err
+
+
+def steady(rows: list[dict]) -> list[dict]:
+    """`rows` with set walls: 10 ms per plain pass, 20 ms per speculative one (a pass cost of 2)."""
+    return [
+        r | {"plain_wall_s": 0.01 * r["plain_target_forwards"], "spec_wall_s": 0.02 * r["spec_target_forwards"]}
+        for r in rows
+    ]
+
+
+def test_a_row_another_process_slowed_fails_the_raw_wall_ratio_but_not_the_gate(tmp_path, rows, capsys) -> None:
+    base = write_run(tmp_path / "base", steady(rows))
+    slowed = steady(rows)
+    slowed[1] = slowed[1] | {"spec_wall_s": slowed[1]["spec_wall_s"] * 10}
+    run = write_run(tmp_path / "run", slowed)
+    assert main(["gate", run, "--baseline", base, "--all"]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if " speedup_wall_robust " in line]
+    assert "(1 of 4 rows disturbed, left out)" in line and line.endswith("ok")
+    # the control: the raw ratio of sums, which this row moves far outside the band
+    ran, baseline = RunDir(tmp_path / "run").read_summary(), RunDir(tmp_path / "base").read_summary()
+    raw, base_raw = ran.column("speedup_wall")[0].as_py(), baseline.column("speedup_wall")[0].as_py()
+    assert not 0.5 * base_raw <= raw <= 1.5 * base_raw
+
+
+def test_an_arm_with_no_undisturbed_row_fails_the_wall_check() -> None:
+    base = {
+        "model": "m",
+        "proposer": "p",
+        "task": "t",
+        "temperature": 0.0,
+        "rule": "top1",
+        "budget": 4,
+        "batch_size": 1,
+        "n": 3,
+        "correct": None,
+        "accuracy": None,
+        "exact_rate": 1.0,
+        "mean_accept_len": 2.0,
+        "speedup_nfe": 2.0,
+        "speedup_wall": 1.5,
+        "speedup_wall_robust": 1.5,
+        "disturbed_rows": 0,
+    }
+    [wall] = [
+        c
+        for c in gate([base | {"speedup_wall_robust": None, "disturbed_rows": 3}], [base], "complete")
+        if c.metric == "speedup_wall_robust"
+    ]
+    assert not wall.ok and wall.allowed.endswith("(3 of 3 rows disturbed, left out)")
+
+
+def test_a_baseline_of_an_older_schema_version_is_refused_in_one_line(tmp_path, rows, capsys) -> None:
+    """Its summary lacks this version's columns (the robust wall speedup the gate compares): a bare
+    summary.parquet is refused by the version in its metadata, a run directory by its manifest's."""
+    base, run = write_run(tmp_path / "base", rows), write_run(tmp_path / "run", rows)
+    old = tmp_path / "old.parquet"
+    table = pq.read_table(f"{base}/summary.parquet")
+    record = json.loads(table.schema.metadata[SUMMARY_METADATA]) | {"schema_version": SCHEMA_VERSION - 1}
+    pq.write_table(table.replace_schema_metadata({SUMMARY_METADATA: json.dumps(record).encode()}), old)
+    assert main(["gate", run, "--baseline", str(old)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"is a summary of schema version {SCHEMA_VERSION - 1}; this spotbench reads version" in err
+    assert "\n" not in err
+    manifest = json.loads((tmp_path / "base" / "manifest.json").read_text())
+    (tmp_path / "base" / "manifest.json").write_text(json.dumps(manifest | {"schema_version": SCHEMA_VERSION - 1}))
+    assert main(["gate", run, "--baseline", base]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"holds results of schema version {SCHEMA_VERSION - 1}; this spotbench reads" in err and "\n" not in err

@@ -7,7 +7,8 @@ import pytest
 
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
-from harness.results import RunDir, group_id
+from harness.report import render_report
+from harness.results import Row, RunDir, group_id
 from spotbench.cli import main
 from tasks.registry import get_task
 
@@ -56,7 +57,48 @@ def test_the_report_is_one_self_contained_page_with_every_plot(run_dir, capsys) 
     assert page.count("<polyline") == 2 * 2 * 2  # per panel: nfe and wall line per proposer
     assert "tiny-random:sdar/arith T=1 top1 batch 8 oracle@4" in page
     assert "Model loads per worker" in page and "<td>tiny-random:sdar</td><td>cpu</td><td>float32</td>" in page
-    assert page.count("p99 s</th>") == 2 and re.search(r"<td>\d+\.\d\d / \d+\.\d\d / \d+\.\d\d</td>", page)
+    assert page.count("p99 s</th>") == 2
+    assert re.search(r"<td>\d+\.\d\d / \d+\.\d\d / \d+\.\d\d \(p50 \d+\.\d\d-\d+\.\d\d\)</td>", page)
+    # wall figures say how sure they are: intervals over prompts and the rows left out (none here)
+    assert re.search(r"\d\.\d\dx \(\d+\.\d\d-\d+\.\d\d\); robust \d\.\d\dx, 0 of 2 disturbed", page)
+    assert "none: every row's pass cost is within 3x of its arm's median" in page
+
+
+def test_a_disturbed_row_is_counted_listed_and_left_out_of_the_wall_line(run_dir, tmp_path) -> None:
+    """Each prompt of the run twice (4 per arm) with a pass cost of 2 everywhere, and one row of
+    confidence@4 at T=0 slowed 10x: the report counts it, lists it and draws the wall speedup without it."""
+    steady = [
+        r
+        | {
+            "sample_id": f"{r['sample_id']}{copy}",
+            "plain_wall_s": 0.01 * r["plain_target_forwards"],
+            "spec_wall_s": 0.02 * r["spec_target_forwards"],
+        }
+        for r in run_dir.read_rows().to_pylist()
+        for copy in ("", "-again")
+    ]
+    slow = next(
+        i for i, r in enumerate(steady) if (r["proposer"], r["budget"], r["temperature"]) == ("confidence", 4, 0.0)
+    )
+    steady[slow] = steady[slow] | {"spec_wall_s": steady[slow]["spec_wall_s"] * 10}
+    run = RunDir.open(tmp_path / "run", SUITE.config() | {"limit": 4}, [0], split_sizes={"arith": 4})
+    groups: dict[str, list] = {}
+    for row in steady:
+        groups.setdefault(group_id(row), []).append(row)
+    for group in groups.values():
+        run.write_group([Row(**r) for r in group])
+    summary = {(r["proposer"], r["budget"], r["temperature"]): r for r in run.write_summary().to_pylist()}
+    run.update_manifest(status="complete")
+    page = render_report(run)
+    arm = summary["confidence", 4, 0.0]
+    kept = [r for i, r in enumerate(steady) if i != slow and r["proposer"] == "confidence" and r["budget"] == 4]
+    kept = [r for r in kept if r["temperature"] == 0.0]
+    expected = sum(r["plain_target_forwards"] for r in kept) / sum(2 * r["spec_target_forwards"] for r in kept)
+    assert arm["disturbed_rows"] == 1 and arm["speedup_wall_robust"] == pytest.approx(expected)
+    assert "1 of 4 disturbed" in page and page.count("0 of 4 disturbed") == len(summary) - 1
+    assert f"<td>{steady[slow]['sample_id']}</td><td>0</td>" in page and "<td>20.00</td><td>2.00</td>" in page
+    # the dashed line is the robust figure: its point for confidence@4 at T=0, not the raw one's
+    assert f"4: {arm['speedup_wall_robust']:.3f}x" in page and f"4: {arm['speedup_wall']:.3f}x" not in page
 
 
 def test_report_needs_a_run_directory(tmp_path, capsys) -> None:
