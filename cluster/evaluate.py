@@ -148,6 +148,7 @@ class Evaluator:
                 self.worker,
                 self.suite.ar_sampling,
                 batch_size,
+                self.suite.reference_checks,
             )
         return out
 

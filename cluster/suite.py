@@ -119,6 +119,9 @@ class Suite:
     """Prompts a worker decodes together (`harness.decoding.batch.decode_batch`), plain references and
     arms alike: each prompt's tokens and passes are its batch-1 ones, its wall time its share of the
     batch's; one group per prompt and batch size, so `[1, 4, 16]` measures throughput by batch size."""
+    reference_checks: Count = 1
+    """Groups per worker unit whose batched plain reference is decoded again alone and compared
+    (`harness.pipeline.references_to_check`); every row records the verdict of its own."""
     gen_length: Count = 64
     block_length: Annotated[int | None, accepts_check(int, "a whole number >= 1", optional=True, ge=1)] = None
     """None: each target's trained block length (`harness.targets.registry.default_block_length`)."""

@@ -41,7 +41,7 @@ from harness.decoding.ar_rejection import (
 from harness.decoding.autoregressive import AR_RULE, ARConfig, ARProposer, ar_generation, ar_plain_generation
 from harness.decoding.batch import Decoding
 from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
-from harness.lossless import check_lossless
+from harness.lossless import batch_difference, check_lossless, record_drift
 from harness.results import AUTO, Row
 from harness.targets.ar import ARTarget
 from harness.targets.target import DLMTarget
@@ -133,15 +133,24 @@ def evaluate_groups(
     worker: str = "",
     ar_sampling: str = COUPLED,
     batch_size: int = 1,
+    reference_checks: int = 1,
 ) -> list[list[Row]]:
     """The rows of each group: the plain references of all groups decoded `batch_size` at a time
     (`harness.decoding.batch.decode_batch`), then each arm over all groups likewise, each checked
     against its group's plain reference and scored (`scores[i]` scores group i). Each generation is
     its batch-1 decode (bit for bit in exactness mode); its wall time is its share of the batch's.
     AR arms in rejection mode at T>0 equal the plain reference in distribution only: their rows get
-    the verdict `distribution`, `exact` None (at T=0 the mode is greedy and checked like any arm)."""
+    the verdict `distribution`, `exact` None (at T=0 the mode is greedy and checked like any arm).
+
+    A batched plain reference is checked too: `reference_checks` of the groups (`references_to_check`)
+    are decoded again alone and compared with their batched reference (`check_reference`), since a
+    defect of the padded path would corrupt reference and arm alike and their comparison would pass."""
     loops = [decoder(target, group, ar_sampling) for group in groups]
     plains = decode_batch(target, [loop(None, 0) for loop in loops], batch_size)
+    checked_references = {
+        i: check_reference(target, loops[i], plains[i], exact_mode, tolerance)
+        for i in references_to_check(groups, batch_size, reference_checks)
+    }
     completions = [decode_text(target, plain.answer_ids) for plain in plains]
     plain_scores = [score(c) if score else None for score, c in zip(scores, completions)]
     specs = [
@@ -168,11 +177,42 @@ def evaluate_groups(
                 worker,
                 ar_sampling,
                 batch_size,
+                checked_references.get(i),
             )
             for arm, arm_specs in zip(arms, specs)
         ]
         for i, (group, plain) in enumerate(zip(groups, plains))
     ]
+
+
+def references_to_check(groups: Sequence[Group], batch_size: int, count: int) -> list[int]:
+    """Which groups' batched plain references are decoded again alone: none when nothing was batched,
+    else `count` of them, shortest prompt first (the most padding, where a masking defect shows), then
+    the longest, alternating inwards."""
+    if batch_size < 2 or len(groups) < 2:
+        return []
+    by_length = sorted(range(len(groups)), key=lambda i: (len(groups[i].prompt_ids), i))
+    ends = [by_length[k // 2] if k % 2 == 0 else by_length[-1 - k // 2] for k in range(len(by_length))]
+    return ends[:count]
+
+
+def check_reference(
+    target: DLMTarget | ARTarget,
+    loop: Callable[[Any, int], Decoding],
+    batched: Generation,
+    exact_mode: bool,
+    tolerance: float,
+) -> str:
+    """The verdict of a batched plain reference against its own decode alone: `exact`, `near-tie` (a
+    float flip below the tolerance) or `logic-error`. In exactness mode any difference at all
+    (`batch_difference`: trajectory, tokens, counts) is a logic error; otherwise so is a decision
+    gap that moved by more than the tolerance (`record_drift`), which padding alone cannot do."""
+    [alone] = decode_batch(target, [loop(None, 0)], 1)
+    if exact_mode and batch_difference(batched, alone) is not None:
+        return "logic-error"
+    if record_drift(batched, alone) > tolerance:
+        return "logic-error"
+    return check_lossless(alone, batched, tolerance).verdict
 
 
 def _row(
@@ -189,9 +229,11 @@ def _row(
     worker: str,
     ar_sampling: str,
     batch_size: int,
+    reference_check: str | None,
 ) -> Row:
     checked = ar_sampling == COUPLED or group.temperature == 0
     report = check_lossless(plain, spec, tolerance)
+    broken_reference = reference_check == "logic-error"  # nothing compared with it is known exact
     divergence = report.divergence if checked else None
     spec_completion = decode_text(target, spec.answer_ids)
     spec_score = plain_score if spec_completion == completion or not score else score(spec_completion)
@@ -232,8 +274,9 @@ def _row(
         ar_sampling=ar_sampling,
         speedup_nfe=plain.metrics.target_forwards / spec.metrics.target_forwards,
         speedup_wall=plain.metrics.wall_s / spec.metrics.wall_s if spec.metrics.wall_s else None,
-        exact=report.exact if checked else None,
-        verdict=report.verdict if checked else DISTRIBUTION,
+        exact=False if broken_reference else report.exact if checked else None,
+        verdict="logic-error" if broken_reference else report.verdict if checked else DISTRIBUTION,
+        reference_check=reference_check,
         divergence_token=divergence.token if divergence else None,
         divergence_step=divergence.step if divergence else None,
         divergence_confidence_margin=divergence.confidence_margin if divergence else None,

@@ -116,6 +116,10 @@ class Row:
     divergence_confidence_margin: float | None
     divergence_decision_gap: float | None
     near_tie_tolerance: float
+    reference_check: str | None
+    """The group's batched plain reference decoded again alone and compared (`exact`, `near-tie` or
+    `logic-error`, which makes the row's verdict `logic-error`); None where it was not (batch 1, or
+    not among the unit's sampled groups: `harness.pipeline.references_to_check`)."""
     # task score (plain completion; the spec one differs only when the arms diverge)
     completion: str
     correct: bool | None

@@ -35,6 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="prompts a worker decodes together (default 8); comma-separated "
         "sizes give one table per size (e.g. 1,4,16)",
     )
+    parser.add_argument(
+        "--reference-checks",
+        help="plain references per worker unit decoded again alone to check the batched ones (default 1)",
+    )
     parser.add_argument("--gen-length")
     add_block_length_arguments(parser)
     parser.add_argument("--fewshot", help="few-shot examples for tasks that have them")
@@ -99,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             "budgets": args.budgets,
             "seeds": args.seeds,
             "batch_sizes": args.batch_size,
+            "reference_checks": args.reference_checks,
             "gen_length": args.gen_length,
             "block_length": args.block_length,
             "untrained_block_length": args.untrained_block_length,

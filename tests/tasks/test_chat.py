@@ -22,7 +22,18 @@ TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-SMALL = ["--gen-length", "16", "--block-length", "8", "--budget", "4", "--proposer", "confidence", "--json"]
+SMALL = [
+    "--gen-length",
+    "16",
+    "--block-length",
+    "8",
+    "--untrained-block-length",
+    "--budget",
+    "4",
+    "--proposer",
+    "confidence",
+    "--json",
+]
 
 
 def with_template(tmp_path: Path, template: str) -> Path:
