@@ -332,7 +332,7 @@ SETTINGS = {
 def _outside_config(table: pa.Table, config: dict[str, Any]) -> str | None:
     """Rows the manifest's config does not name: the manifest was edited, or the file is another run's."""
     for column, setting in SETTINGS.items():
-        if setting not in config:
+        if config.get(setting) is None:  # not recorded, or each target's own (block_length)
             continue
         allowed = config[setting] if isinstance(config[setting], list) else [config[setting]]
         if setting == "budgets":

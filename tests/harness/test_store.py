@@ -3,6 +3,7 @@
 Each damage test starts from a copy of one clean complete run; the clean copy verifies (exit 0), so
 a check that flags everything would fail the control, and one that flags nothing fails the rest."""
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -37,7 +38,7 @@ def _write(path, samples) -> RunDir:
     run = RunDir.open(path, SUITE.config(), [0], split_sizes={"arith": len(get_task("arith").load("test"))})
     evaluator = Evaluator(SUITE)
     for sample in samples:
-        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), SUITE.groups())):
+        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
             run.write_group(rows)
     run.write_summary()
     run.end_session("complete")
@@ -481,3 +482,17 @@ def test_readers_of_a_damaged_run_exit_with_their_code_and_one_line_every_time(c
             assert done.stderr.startswith("spotbench: error: ") and done.stderr.count("\n") == 1, where
             assert "is damaged" in done.stderr, where
     assert not any((run.path / "report.html").exists() for run in runs.values())
+
+
+def test_a_run_at_each_targets_own_block_length_verifies(tmp_path) -> None:
+    """A config without a block length (each target decodes at its trained one) names no block length
+    to hold rows to: such a run writes, summarizes and verifies like any other."""
+    suite = dataclasses.replace(SUITE, block_length=None, limit=1)
+    run = RunDir.open(tmp_path, suite.config(), [0], split_sizes={"arith": len(get_task("arith").load("test"))})
+    [sample] = get_task("arith").load("test", limit=1)
+    for rows in Evaluator(suite).evaluate(Unit(suite.models[0], "arith", (sample,), tuple(suite.groups()))):
+        assert {r.block_length for r in rows} == {32} and {r.block_length_trained for r in rows} == {None}
+        run.write_group(rows)
+    run.write_summary()
+    run.end_session("complete")
+    assert not run.verify().damage
