@@ -8,7 +8,9 @@ a GGUF file; retraining into the same folder keeps the name), each proposer's ch
 task data files in the data dir (`SPOTBENCH_DATA_DIR`) that a task reads. Targets built in code
 (`tiny-random:*`) and training-free proposers read no file: the git revision pins them. A resumed
 run refuses other bytes under the same names (`harness.results`), and the gate refuses to compare
-runs that read different bytes (`harness.configs`).
+runs that read different bytes (`harness.configs`). A file's hash is remembered between starts by its
+path and stat (`harness.hash_cache`, where the one change it cannot see is described), so a start
+reads only the files that changed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cluster.suite import Suite
+from harness.hash_cache import HashCache
 from harness.store import sha256_file
 
 T = TypeVar("T")
@@ -56,23 +59,26 @@ report, an `original/` copy of the weights) change no result."""
 
 
 def run_inputs(suite: Suite) -> dict[str, dict[str, str]]:
-    """{"checkpoints": {model name or proposer spec: sha256}, "data": {file name: sha256}} for the suite."""
+    """{"checkpoints": {model name or proposer spec: sha256}, "data": {file name: sha256}} for the suite;
+    files unchanged since an earlier start are not read again (`harness.hash_cache`)."""
     from tasks.registry import get_task
 
+    cache = HashCache()
     checkpoints = {}
     for name in suite.models:
         files = model_files(name)
         if files:
-            checkpoints[name] = files_sha256(files)
+            checkpoints[name] = files_sha256(files, cache.sha256)
         base = converted_base(name)
         base_files = model_files(base) if base is not None else []
         if base_files:  # a converted target is a delta: its base's weights are an input too
-            checkpoints[f"{name} base {base}"] = files_sha256(base_files)
+            checkpoints[f"{name} base {base}"] = files_sha256(base_files, cache.sha256)
     for spec in suite.proposers:
         files = proposer_files(spec)
         if files:
-            checkpoints[spec] = files_sha256(files)
-    data = {path.name: sha256_file(path) for name in suite.tasks for path in task_data_files(get_task(name))}
+            checkpoints[spec] = files_sha256(files, cache.sha256)
+    data = {path.name: cache.sha256(path) for name in suite.tasks for path in task_data_files(get_task(name))}
+    cache.save()
     return {"checkpoints": checkpoints, "data": data}
 
 
@@ -126,14 +132,14 @@ def proposer_files(spec: str) -> list[Path]:
     return sorted(p for p in Path(folder).rglob("*") if p.is_file())
 
 
-def files_sha256(files: list[Path]) -> str:
-    """One digest over files: their names (relative to their common folder) and contents, in sorted order;
-    for one folder's files the same as `folder_sha256` of the folder."""
+def files_sha256(files: list[Path], file_sha256: Callable[[Path], str] = sha256_file) -> str:
+    """One digest over files: their names (relative to their common folder) and contents (each hashed by
+    `file_sha256`), in sorted order; for one folder's files the same as `folder_sha256` of the folder."""
     files = sorted(Path(p).resolve() for p in files)
     root = files[0].parent if len(files) == 1 else Path(os.path.commonpath(files))
     digest = hashlib.sha256()
     for path in files:
-        digest.update(f"{path.relative_to(root)}\0{sha256_file(path)}\n".encode())
+        digest.update(f"{path.relative_to(root)}\0{file_sha256(path)}\n".encode())
     return digest.hexdigest()
 
 

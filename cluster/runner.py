@@ -69,6 +69,8 @@ class RunResult:
     written: int
     skipped: int
     workers: int
+    first_group_s: float | None = None
+    """Seconds from this invocation's start to the first group it wrote (None: it wrote none)."""
 
 
 @dataclass
@@ -77,6 +79,9 @@ class Stats:
 
     written: int = 0
     skipped: int = 0
+    first_group_s: float | None = None
+    """Seconds from the invocation's start (before its inputs are hashed and Ray starts) to the first
+    group it wrote; None when it wrote none (everything was done, or it failed first)."""
     workers: int = 0
     worker_deaths: int = 0
     retries: int = 0
@@ -191,7 +196,7 @@ def run_suite(
             )
         try:
             if units:
-                _execute(suite, run_dir, units, progress, on_write, stats)
+                _execute(suite, run_dir, units, progress, on_write, stats, started)
             summary = run_dir.write_summary()
         except BaseException as error:
             run_dir.end_session(
@@ -202,7 +207,7 @@ def run_suite(
             )
             raise
     run_dir.end_session("complete", None, duration_s=round(time.monotonic() - started, 1), **asdict(stats))
-    return RunResult(run_dir, summary, stats.written, stats.skipped, stats.workers)
+    return RunResult(run_dir, summary, stats.written, stats.skipped, stats.workers, stats.first_group_s)
 
 
 def _execute(
@@ -212,6 +217,7 @@ def _execute(
     progress: bool,
     on_write: Callable[[int], None] | None,
     stats: Stats,
+    started: float,
 ) -> None:
     import ray
     from tqdm import tqdm
@@ -249,7 +255,9 @@ def _execute(
     )
     try:
         need = {"GPU": suite.gpus_per_worker, "CPU": 1.0} if gpus else {"CPU": float(threads)}  # as Ray counts
-        Dispatcher(lambda: worker_class.remote(suite, threads), need, run_dir, bar, on_write, stats).run(units, count)
+        Dispatcher(lambda: worker_class.remote(suite, threads), need, run_dir, bar, on_write, stats, started).run(
+            units, count
+        )
     finally:
         bar.close()
 
@@ -268,6 +276,7 @@ class Dispatcher:
         bar: Any,
         on_write: Callable[[int], None] | None,
         stats: Stats,
+        started: float,
     ):
         self.new_worker, self.need, self.run_dir, self.bar, self.on_write, self.stats = (
             new_worker,
@@ -277,6 +286,8 @@ class Dispatcher:
             on_write,
             stats,
         )
+        self.started = started
+        """`time.monotonic()` when the invocation started, for `Stats.first_group_s`."""
         self.queue: deque[Unit] = deque()
         self.attempts: dict[Unit, int] = {}
         self.actors: dict[int, Any] = {}
@@ -338,6 +349,8 @@ class Dispatcher:
             for rows in groups:
                 if self.run_dir.write_group(rows):
                     self.stats.written += 1
+                    if self.stats.first_group_s is None:
+                        self.stats.first_group_s = round(time.monotonic() - self.started, 3)
                 self.bar.update(1)
                 if self.on_write:
                     self.on_write(self.stats.written)
@@ -403,9 +416,6 @@ class Worker:
         self.evaluator = Evaluator(suite)
         node = ray.get_runtime_context().get_node_id()[:12]
         self.evaluator.worker = f"{node}:{self.evaluator.worker}"  # rows say which node and process
-
-    def pid(self) -> int:
-        return os.getpid()
 
     def evaluate(self, unit: Unit) -> list[list[Row]]:
         return self.evaluator.evaluate(unit)

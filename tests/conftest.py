@@ -32,3 +32,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if missing:
         names = " and ".join(missing)
         pytest.exit(f"the selected tests need {names}, not installed here: {INSTALL}", pytest.ExitCode.INTERRUPTED)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_hash_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Input hashes remembered between starts (`harness.hash_cache`) go to a folder of this test run,
+    not the user's cache; commands the tests start in subprocesses inherit it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPOTBENCH_CACHE_DIR", str(tmp_path_factory.mktemp("hash-cache")))
+        yield

@@ -133,7 +133,9 @@ def run(args: argparse.Namespace) -> int:
     write_results_json(result.run_dir)
     print(
         f"run directory: {result.run_dir.path}  (groups written {result.written}, "
-        f"already done {result.skipped}, workers {result.workers}); report: {report}"
+        f"already done {result.skipped}, workers {result.workers}"
+        + ("" if result.first_group_s is None else f", first group written after {result.first_group_s:.1f} s")
+        + f"); report: {report}"
     )
     print(render_summary(result.summary.to_pylist(), TRANSFER_COLUMNS if args.transfer else COLUMNS))
     print(

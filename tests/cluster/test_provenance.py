@@ -57,3 +57,26 @@ def test_every_checkpoint_a_run_reads_is_hashed_into_its_inputs(tmp_path) -> Non
     after = run_inputs(suite)
     [difference] = result_differences({"inputs": after}, {"inputs": before})
     assert difference.startswith(f"checkpoint {folder} (sha256 ")
+
+
+def test_a_second_start_reads_no_unchanged_checkpoint(tmp_path, monkeypatch) -> None:
+    """The inputs' hashes come from the cache while their files are unchanged (`harness.hash_cache`),
+    and are the same as read afresh."""
+    from cluster.provenance import run_inputs
+    from cluster.suite import Suite
+    from harness import hash_cache, store
+
+    monkeypatch.setenv("SPOTBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(hash_cache, "RACY_S", 0.0)  # a checkout made moments ago counts as old
+    reads = []
+    hash_file = store.sha256_file
+
+    def counting(path):
+        reads.append(path)
+        return hash_file(path)
+
+    monkeypatch.setattr(store, "sha256_file", counting)
+    first = run_inputs(Suite())
+    assert reads  # the zoo's sdar-a and spot files, read once
+    reads.clear()
+    assert run_inputs(Suite()) == first and reads == []

@@ -42,19 +42,23 @@ def test_every_row_once_and_a_rerun_writes_nothing(tmp_path) -> None:
     counts = keys(result.run_dir)
     assert len(counts) == 3 * 2 * 2 * 2 and set(counts.values()) == {1}
     assert result.written == 6 and result.run_dir.manifest()["status"] == "complete"
+    first_group_s = result.run_dir.manifest()["sessions"][-1]["first_group_s"]  # start to the first group written
+    assert first_group_s == result.first_group_s and first_group_s >= 0
     loads = result.run_dir.manifest()["sessions"][-1]["loads"]  # each worker loaded the model once
     assert sorted(r["model"] for r in loads) == ["tiny-random:sdar"] * 2 and len({r["worker"] for r in loads}) == 2
     assert all(r["load_s"] > 0 and r["peak_memory_bytes"] > 0 and r["memory"] == "cpu_peak_rss" for r in loads)
     assert {r["n"] for r in result.summary.to_pylist()} == {3}
     rows = result.run_dir.read_rows().to_pylist()
     # the plain reference of a group is decoded once, on the worker that runs all of its arms
-    by_group = {}
+    by_group: dict[tuple[str, float], set[tuple[float, str]]] = {}
     for r in rows:
         by_group.setdefault((r["sample_id"], r["temperature"]), set()).add((r["plain_wall_s"], r["worker"]))
     assert all(len(v) == 1 for v in by_group.values())
     mtimes = {p: p.stat().st_mtime_ns for p in result.run_dir.samples_dir.iterdir()}
     again = run_suite(SUITE, tmp_path / "run", progress=False)
     assert (again.written, again.skipped) == (0, 6)
+    sessions = again.run_dir.manifest()["sessions"]  # one record per session: this one wrote no group
+    assert again.first_group_s is None and [s["first_group_s"] for s in sessions] == [first_group_s, None]
     assert {p: p.stat().st_mtime_ns for p in result.run_dir.samples_dir.iterdir()} == mtimes
 
 
