@@ -137,7 +137,8 @@ def main() -> None:
             members = groups(target, model, args.prompts, temperature, args.gen_length, args.block_length)
             loops = [decoder(target, g) for g in members]
             walls: dict[tuple, list[float]] = defaultdict(list)
-            tokens, exact = {}, defaultdict(list)
+            tokens: dict[int, int] = {}
+            exact: defaultdict[tuple[str, int], list[bool]] = defaultdict(list)
             for rep in range(args.reps):
                 for b in sizes if rep % 2 == 0 else reversed(sizes):  # alternate the order against drifting load
                     wall, plains = run_arm(target, loops, None, 0, b)

@@ -39,7 +39,10 @@ def main() -> None:
     data = sequences(pairs, recipe, base.eos_id)
     target = convert(base, recipe.mask_id, recipe.rank, recipe.alpha)
     size = recipe.block_length
-    losses = {"shifted": [[] for _ in range(size)], "unshifted": [[] for _ in range(size)]}
+    losses: dict[str, list[list[float]]] = {
+        "shifted": [[] for _ in range(size)],
+        "unshifted": [[] for _ in range(size)],
+    }
     generator = torch.Generator().manual_seed(12345)
     with torch.no_grad():
         for start in range(0, len(data), recipe.batch_size):

@@ -18,6 +18,7 @@ Each variant runs forward, backward and an optimizer step; tokens are the batch'
 from __future__ import annotations
 
 import argparse
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -91,7 +92,7 @@ def main() -> None:
     laid = [layout(b, recipe.block_length, recipe.mask_id, generator) for b in batches]
     tokens = sum(len(s.tokens) for b in batches[1:] for s in b)
     time_variants(
-        {name: (lambda batch, f=loss_fn: f(target, batch)) for name, loss_fn in VARIANTS.items()},
+        {name: functools.partial(loss_fn, target) for name, loss_fn in VARIANTS.items()},
         laid,
         target.model,
         target.device,

@@ -25,12 +25,14 @@ import time
 import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import torch
 
 from harness.decoding import DecodeConfig, Generation, parse_rule, plain_decode, speculative_decode
+from harness.decoding.tree import Proposer
 from harness.lossless import check_lossless, near_tie_tolerance
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from proposers import build_proposer
 
 PROMPTS = [
@@ -46,7 +48,7 @@ CORE = ("noise", "rules", "speculative")
 
 def timed_by(clock: Callable[[], float], speculative: types.ModuleType) -> Callable:
     """The loop module's `plain_decode`, its timer switched to `clock` (a benchmark-only patch)."""
-    speculative.time = types.SimpleNamespace(perf_counter=clock)
+    vars(speculative)["time"] = types.SimpleNamespace(perf_counter=clock)
     return speculative.plain_decode
 
 
@@ -103,10 +105,10 @@ def engine_table(target, prompts: list[list[int]], rule, args, cores: dict[str, 
                 totals[name][0] += statistics.median(w for w, _ in samples[name])
                 totals[name][1] += statistics.median(t for _, t in samples[name])
                 totals[name][2] += passes[name]
-        for name, (wall, target_s, passes) in totals.items():
+        for name, (wall, target_s, count) in totals.items():
             print(
-                f"{temperature:>4} {name:<14} {passes:>6} {wall / passes * 1e3:>12.2f} "
-                f"{target_s / passes * 1e3:>14.2f} {(wall - target_s) / passes * 1e6:>14.0f} "
+                f"{temperature:>4} {name:<14} {count:>6} {wall / count * 1e3:>12.2f} "
+                f"{target_s / count * 1e3:>14.2f} {(wall - target_s) / count * 1e6:>14.0f} "
                 f"{(wall - target_s) / wall:>11.1%}"
             )
 
@@ -123,7 +125,7 @@ def speedup_table(target, prompts: list[list[int]], rule, args) -> None:
         for name in ("oracle", "confidence", "confidence-branch"):
             for budget in (4, 8, 16):
                 runs = [
-                    speculative_decode(target, ids, build_proposer(name, target, ref), config, budget)
+                    speculative_decode(target, ids, cast(Proposer, build_proposer(name, target, ref)), config, budget)
                     for ids, ref in zip(prompts, references)
                 ]
                 plain_nfe = sum(r.metrics.nfe for r in references)
@@ -155,7 +157,7 @@ def main() -> None:
     parser.add_argument("--engine-only", action="store_true", help="skip the speedup table")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    target = load_target(args.model)
+    target = load_dlm_target(args.model, what="this benchmark")
     prompts = [target.tokenizer.encode(p, add_special_tokens=False) for p in PROMPTS]
     rule = parse_rule("top1", target.family, target.mask_id)
     print(

@@ -17,6 +17,7 @@ Each variant runs forward, backward and an optimizer step; tokens are the batch'
 from __future__ import annotations
 
 import argparse
+import functools
 
 import torch
 from step_timing import time_variants
@@ -72,7 +73,7 @@ def main() -> None:
     laid = [layout(b, args.block, target.vocab_size, pad, generator) for b in batches]
     tokens = sum(len(s.prompt) + len(s.response) for b in batches[1:] for s in b)
     time_variants(
-        {name: (lambda batch, f=loss_fn: f(drafter, batch)) for name, loss_fn in VARIANTS.items()},
+        {name: functools.partial(loss_fn, drafter) for name, loss_fn in VARIANTS.items()},
         laid,
         drafter.model,
         target.device,

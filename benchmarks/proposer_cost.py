@@ -37,11 +37,13 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import torch
 
 from harness.decoding import DecodeConfig, DraftRequest, DraftTree, parse_rule, speculative_decode
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
+from harness.targets.target import DLMTarget
 from proposers.spot.network import SpotNet, zoo_spot
 from proposers.spot.tree import DEFAULT_LOOKAHEAD, grow
 from tasks.base import prompt_ids
@@ -54,6 +56,8 @@ def load_reference() -> Callable[[SpotNet, DraftRequest], DraftTree]:
     """The batch-1 search, from the test that holds it (one copy of the old algorithm)."""
     path = Path(__file__).resolve().parents[1] / "tests" / "proposers" / "spot" / "test_tree.py"
     spec = importlib.util.spec_from_file_location("spot_tree_reference", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load the reference search from {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.reference_tree
@@ -104,8 +108,8 @@ def search_at(revision: str, net: SpotNet) -> Callable[[DraftRequest, int], Draf
     names = (*layout.modules, *layout.aliases)
     saved = {name: sys.modules.get(name) for name in names}
     try:
-        for alias, module in layout.aliases.items():
-            sys.modules[alias] = importlib.import_module(module)
+        for alias, current in layout.aliases.items():
+            sys.modules[alias] = importlib.import_module(current)
         for name in layout.modules:
             source = source_at(root, revision, name)
             if source is None:
@@ -115,11 +119,11 @@ def search_at(revision: str, net: SpotNet) -> Callable[[DraftRequest, int], Draf
             exec(compile(source, f"{revision}:{name.replace('.', '/')}.py", "exec"), module.__dict__)
             loaded[name] = module
     finally:
-        for name, module in saved.items():
-            if module is None:
+        for name, previous in saved.items():
+            if previous is None:
                 sys.modules.pop(name, None)
             else:
-                sys.modules[name] = module
+                sys.modules[name] = previous
     network = loaded[layout.network]
     old_net = network.SpotNet(network.SpotConfig(**vars(net.config)))
     old_net.load_state_dict(net.state_dict())
@@ -185,15 +189,15 @@ class SideBySide:
         if request.noise:
             for depth in range(request.budget + 1):
                 request.noise(request.step + depth)
-        trees = {}
-        arms = [*self.lookaheads, None] + (["before"] if self.before else [])
+        trees: dict[int | str | None, DraftTree] = {}
+        arms: list[int | str | None] = [*self.lookaheads, None] + (["before"] if self.before else [])
         for lookahead in arms if tally.passes % 2 else arms[::-1]:
             start = clock()
             if lookahead is None:
                 trees[None] = self.reference(self.net, request)
                 tally.old_s += clock() - start
                 continue
-            if lookahead == "before":
+            if isinstance(lookahead, str):  # "before"
                 trees["before"] = self.before(request, self.lookaheads[0])
                 tally.before_s += clock() - start
                 continue
@@ -237,7 +241,7 @@ def main() -> None:
         f"{before_head}{new_head} {'same':>9s}"
     )
     for name in args.targets.split(","):
-        target = load_target(name)
+        target = load_dlm_target(name, what="this benchmark")
         rule = parse_rule("top1", target.family, target.mask_id)
         prompts = []
         for task_name in args.tasks.split(","):
@@ -249,7 +253,7 @@ def main() -> None:
                 tally = Tally(CLOCKS[args.clock])
                 for ids in prompts:
                     speculative_decode(
-                        TimedTarget(target, tally),
+                        cast(DLMTarget, TimedTarget(target, tally)),  # a proxy of the target: its passes timed
                         ids,
                         SideBySide(net, lookaheads, reference, tally, before),
                         config,

@@ -27,13 +27,16 @@ from __future__ import annotations
 import argparse
 import itertools
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from harness.bootstrap import interval, resampled_speedups, versus_best
 from harness.decoding import DecodeConfig, Generation, parse_rule, plain_decode
 from harness.decoding.replay import replay
-from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
-from harness.targets.registry import load_target
+from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN, Proposer
+from harness.targets.registry import load_dlm_target
+from harness.targets.target import DLMTarget
 from proposers import build_proposer, check_arm_for_model
 from proposers.spot.network import SpotEnsemble, SpotNet, load_spot
 from proposers.spot.tree import SpotProposer
@@ -44,9 +47,18 @@ BASELINES = ("confidence", "confidence-branch")
 
 
 def stop_shares(replays: list[Generation]) -> str:
-    counts = Counter(stop for r in replays for stop in r.stops)
+    counts = Counter(stop for r in replays for stop in r.stops or ())
     total = max(1, sum(counts.values()))
     return ", ".join(f"{reason} {counts[reason] / total:.2f}" for reason in (LEAF, POSITION, TOKEN, NO_DRAFT))
+
+
+def registry_arm(name: str, target: DLMTarget) -> Callable[[Generation], Proposer]:
+    """The registry's proposer `name` for each plain generation (a diffusion target's: a `Proposer`)."""
+    return lambda plain: cast(Proposer, build_proposer(name, target, plain))
+
+
+def spot_arm(net: SpotNet | SpotEnsemble) -> Callable[[Generation], Proposer]:
+    return lambda plain: SpotProposer(net)
 
 
 def versus_best_column(arm: str, speedups: dict, draws: dict, budgets: list[int], baselines: list[str]) -> str:
@@ -97,7 +109,7 @@ def main() -> None:
     for target_name, name in itertools.product(args.targets.split(","), names):
         check_arm_for_model(name, target_name, args.block_length)  # before any decoding: a Spiffy graph's fit
     for target_name in args.targets.split(","):
-        target = load_target(target_name)
+        target = load_dlm_target(target_name, what="this benchmark")
         rule = parse_rule("top1", target.family, target.mask_id)
         for task_name in args.tasks.split(","):
             task = get_task(task_name, num_fewshot=0)
@@ -112,8 +124,7 @@ def main() -> None:
                     for s, c in zip(samples, configs)
                 ]
                 plain_nfe = sum(p.metrics.nfe for p in plains)
-                arms = {n: lambda p, n=n, target=target: build_proposer(n, target, p) for n in names}
-                arms |= {n: lambda p, net=net: SpotProposer(net) for n, net in nets.items()}
+                arms = {n: registry_arm(n, target) for n in names} | {n: spot_arm(net) for n, net in nets.items()}
                 replays = {
                     arm: [[replay(p, make(p), c, b) for p, c in zip(plains, configs)] for b in budgets]
                     for arm, make in arms.items()

@@ -17,7 +17,7 @@ import argparse
 
 import torch
 
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from proposers.spot.collection import Views, collect
 from proposers.spot.features import MASKED
 from proposers.spot.network import SpotConfig, SpotNet, load_spot
@@ -30,7 +30,7 @@ DEPTHS = ((0, 1), (1, 4), (4, 16))
 def held_out_examples(
     name: str, start: int, prompts: int, gen_length: int, block_length: int, config: SpotConfig
 ) -> dict:
-    target = load_target(name)
+    target = load_dlm_target(name, what="this benchmark")
     task = get_task("arith")
     parts = []
     for index, sample in enumerate(task.load("train", limit=start + prompts)[start:]):

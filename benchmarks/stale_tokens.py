@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 
 from harness.decoding import DecodeConfig, NoiseSource, parse_rule, plain_decode
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from proposers.spot.features import StaleView, candidates
 from tasks.base import prompt_ids
 from tasks.registry import get_task
@@ -42,7 +42,7 @@ def main() -> None:
     )
     pooled = [0, 0]  # neither-cases with a third greedy token, and those where it was committed
     for target_name in args.targets.split(","):
-        target = load_target(target_name)
+        target = load_dlm_target(target_name, what="this benchmark")
         rule = parse_rule("top1", target.family, target.mask_id)
         for task_name in args.tasks.split(","):
             task = get_task(task_name, num_fewshot=0)
@@ -51,6 +51,7 @@ def main() -> None:
                 for seed, sample in enumerate(task.load(args.split, limit=args.limit)):
                     config = DecodeConfig(rule, 64, size, temperature, seed)
                     plain = plain_decode(target, prompt_ids(task, sample, target.tokenizer), config, keep_logits=True)
+                    assert plain.pass_logits is not None  # keep_logits
                     noise = NoiseSource(seed, size, target.vocab_size) if temperature > 0 else None
                     block_first = {
                         step: block.first

@@ -15,7 +15,6 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 ZOO_DIR = PROJECT_ROOT / "zoo"
 MODELS_DIR = ZOO_DIR / "models"
 RECIPES_DIR = ZOO_DIR / "recipes"
-DEFAULT_TARGET = "sdar-a"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ The run folder holds `train_state.pt` (adapter, optimiser, generators, step, lea
 every `checkpoint_every` steps by temp file + rename (in parts of at most 16 MiB beside it, so a zoo
 folder can commit an unfinished run), so an interrupted conversion resumes bit-identically; `model/`
 is the converted target (rewritten at each validation), which `load_target` reads like any other
-diffusion target.
+diffusion target. A finished conversion removes its state and keeps `model/` alone; run again, it
+finds the recipe's steps done in `model/training.json` and trains nothing.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ from torch import Tensor
 from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.targets import adapter
-from harness.targets.converted import convert, is_converted, save_converted
+from harness.targets.converted import convert, is_converted, read_meta, save_converted
 from harness.targets.devices import available_memory
 from harness.targets.target import DLMTarget
-from harness.training.loop import TrainingRun, precision
+from harness.training.loop import TrainingRun, precision, remove_state, same_recipe
 from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text
 
 STATE_FILE = "train_state.pt"
@@ -427,6 +428,10 @@ def train_conversion(
     )
     tokens_seen, seconds, curve = 0, 0.0, []
     base_hash = adapter.weights_hash(base.model)
+    if run.saved is None:
+        done = finished_report(out_dir, recipe, base_hash)
+        if done is not None:
+            return done
     if run.saved is not None:
         state = run.saved
         if state["base_hash"] != base_hash:
@@ -490,7 +495,31 @@ def train_conversion(
             if stop_after_s is not None and time.perf_counter() - started > stop_after_s:
                 break
     target.model.eval()
+    if run.done:  # a finished run resumes nothing: model/ is what it leaves
+        remove_state(out_dir / STATE_FILE)
     return _report(recipe, target, run.step, tokens_seen, seconds, curve)
+
+
+def finished_report(out_dir: Path, recipe: ConvertRecipe, base_hash: str) -> dict | None:
+    """The training report of the finished conversion in `out_dir/model` (its state removed), or None
+    when there is none. One of another recipe or other base weights is refused (one line): without its
+    state it cannot be resumed, and training again would replace it."""
+    model = out_dir / MODEL_DIR
+    try:
+        report = json.loads((model / "training.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(report, dict) or report.get("finished") is not True:
+        return None
+    meta = read_meta(model)
+    if not isinstance(meta.get("recipe"), dict) or not same_recipe(meta["recipe"], recipe):
+        raise UserError(f"{out_dir} holds a finished conversion of a different recipe; use a new --out folder")
+    if meta["base_hash"] != base_hash:
+        raise UserError(
+            f"{out_dir} holds a conversion of other base weights (hash {meta['base_hash']}, these are "
+            f"{base_hash}); use a new --out folder"
+        )
+    return report
 
 
 def _report(

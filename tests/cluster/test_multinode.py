@@ -68,7 +68,7 @@ def test_a_lost_node_s_units_go_to_the_live_worker(cluster, tmp_path, capsys, mo
     c = cluster(1)
     node = c.add_node(num_cpus=1)
     connect(c)
-    lost = []
+    lost: list[int] = []
 
     def lose_the_node(written: int) -> None:
         if not lost:

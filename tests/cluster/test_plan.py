@@ -50,7 +50,7 @@ def test_each_batch_size_is_a_group_of_its_own_and_units_hold_two_batches(tmp_pa
 def test_a_damaged_group_is_not_done(tmp_path) -> None:
     run = RunDir.open(tmp_path / "run", SUITE.config(), [0])
     sample = get_task("arith").load("test", limit=1)[0]
-    for rows in Evaluator(SUITE).evaluate(Unit(SUITE.models[0], "arith", (sample,), SUITE.groups())):
+    for rows in Evaluator(SUITE).evaluate(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
         run.write_group(rows)
     assert plan(SUITE, run.verify())[1] == 1
     [path] = run.samples_dir.glob("*.parquet")

@@ -71,7 +71,9 @@ def rejection_rows() -> tuple[dict, ...]:
     return tuple(
         dataclasses.asdict(row)
         for sample in get_task("arith").load("test", limit=2)
-        for group in evaluator.evaluate(Unit("tiny-random-ar", "arith", (sample,), SUITE.groups("tiny-random-ar")))
+        for group in evaluator.evaluate(
+            Unit("tiny-random-ar", "arith", (sample,), tuple(SUITE.groups("tiny-random-ar")))
+        )
         for row in group
     )
 

@@ -5,12 +5,16 @@ calibration prompt another process slowed does not choose it."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import cast
 
 import pytest
 
 from harness.budget import CostCurve, choose_budget, measure_pass_cost, predict, robust_rate
-from harness.decoding import DecodeConfig, parse_rule, plain_decode
-from harness.targets.registry import load_target
+from harness.decoding import DecodeConfig, Generation, parse_rule, plain_decode
+from harness.decoding.tree import Proposer
+from harness.targets.registry import load_dlm_target
+from harness.targets.target import DLMTarget
 from proposers import build_proposer
 
 PROMPTS = [list(b"Q: 2+2=?\nA:"), list(b"Q: 7*6=?\nA:")]
@@ -23,7 +27,7 @@ def test_the_cost_curve_interpolates_and_extrapolates_linearly() -> None:
 
 
 def test_a_measured_curve_has_one_positive_time_per_row_count() -> None:
-    target = load_target("tiny-random:sdar")
+    target = load_dlm_target("tiny-random:sdar")
     config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8)
     curve = measure_pass_cost(target, PROMPTS[0], config, rows=(1, 4), repeats=2)
     assert curve.rows == (1, 4) and all(s > 0 for s in curve.seconds)
@@ -31,16 +35,20 @@ def test_a_measured_curve_has_one_positive_time_per_row_count() -> None:
 
 @pytest.fixture(scope="module")
 def plains():
-    target = load_target("tiny-random:llada")
+    target = load_dlm_target("tiny-random:llada")
     config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, 1.0, 2)
     return target, [(plain_decode(target, p, config, keep_logits=True), config) for p in PROMPTS]
+
+
+def oracle(target: DLMTarget) -> Callable[[Generation], Proposer]:
+    return lambda plain: cast(Proposer, build_proposer("oracle", target, plain))
 
 
 def test_where_rows_are_free_the_budget_that_saves_most_passes_wins(plains) -> None:
     target, generations = plains
     flat = CostCurve((1, 17), (100.0, 100.0))  # a GPU-like pass: rows cost nothing extra (and the
     # measured milliseconds of proposer and engine time vanish beside the synthetic seconds)
-    predictions = predict(generations, lambda plain: build_proposer("oracle", target, plain), flat)
+    predictions = predict(generations, oracle(target), flat)
     best = choose_budget(predictions)
     assert best.speedup_nfe == max(p.speedup_nfe for p in predictions) > 2
     assert best.speedup_wall == pytest.approx(best.speedup_nfe, rel=0.01)
@@ -49,7 +57,7 @@ def test_where_rows_are_free_the_budget_that_saves_most_passes_wins(plains) -> N
 def test_where_rows_cost_more_than_they_save_the_smallest_budget_wins(plains) -> None:
     target, generations = plains
     steep = CostCurve((1, 17), (100.0, 4000.0))  # a row costs more than a whole pass saves
-    predictions = predict(generations, lambda plain: build_proposer("oracle", target, plain), steep)
+    predictions = predict(generations, oracle(target), steep)
     assert choose_budget(predictions).budget == 1 and choose_budget(predictions).speedup_wall < 1
     assert [p.budget for p in predictions] == list(range(1, 17))
 

@@ -30,7 +30,7 @@ def rows() -> list[dict]:
     return [
         dataclasses.asdict(r)
         for s in samples
-        for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), SUITE.groups()))
+        for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), tuple(SUITE.groups())))
         for r in g
     ]
 

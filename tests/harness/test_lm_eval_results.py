@@ -39,7 +39,7 @@ def run(tmp_path_factory) -> RunDir:
     )
     evaluator = Evaluator(SUITE)
     for sample in get_task("arith").load("test", limit=SUITE.limit):
-        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), SUITE.groups())):
+        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
             run.write_group(rows)
     run.write_summary()
     run.end_session("complete")

@@ -22,9 +22,10 @@ from harness.decoding import (
 )
 from harness.decoding.tree import PreparedTree
 from harness.lossless import check_lossless, near_tie_tolerance
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from harness.targets.target import DLMTarget
 from proposers import build_proposer
+from proposers.baselines.oracle import OracleProposer
 from proposers.registry import proposers_for
 
 FAMILIES = ["llada", "dream", "sdar", "llada2", "converted"]
@@ -33,7 +34,7 @@ PROMPT = list(b"Q: 2+2=?\nA:")
 
 @functools.cache
 def target(family: str, exact: bool) -> DLMTarget:
-    loaded = load_target(f"tiny-random:{family}")
+    loaded = load_dlm_target(f"tiny-random:{family}")
     return loaded.exact() if exact else loaded
 
 
@@ -55,7 +56,7 @@ class WrongTokenOracle:
     """Proposes the true positions with wrong tokens: only a positions-only verifier accepts them."""
 
     def __init__(self, plain: Generation, vocab_size: int, mask_id: int):
-        self.inner = build_proposer("oracle", None, plain)
+        self.inner = OracleProposer(plain.steps)  # the registry's `oracle` for a diffusion target
         self.vocab_size, self.mask_id = vocab_size, mask_id
 
     def propose(self, request):

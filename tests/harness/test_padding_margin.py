@@ -5,7 +5,7 @@ import torch
 
 from harness.decoding import DecodeConfig, parse_rule
 from harness.lossless import NEAR_TIE, largest_padding_shift
-from harness.targets.registry import default_block_length, load_target
+from harness.targets.registry import default_block_length, load_dlm_target
 from tasks.base import prompt_ids
 from tasks.chat import Chat
 from tasks.registry import get_task
@@ -15,7 +15,7 @@ from tasks.registry import get_task
     "name", ["llada-a", "dream-a", "tiny-random:llada2", pytest.param("sdar-smollm2", marks=pytest.mark.slow)]
 )
 def test_padding_moves_logits_far_less_than_the_tolerance(name: str) -> None:
-    target = load_target(name)
+    target = load_dlm_target(name)
     task = get_task("arith", num_fewshot=0)
     prompts = [prompt_ids(task, s, Chat(target.tokenizer)) for s in task.load("test", limit=16)]
     block = default_block_length(name)

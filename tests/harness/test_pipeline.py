@@ -10,7 +10,7 @@ import pytest
 
 from harness.lossless import near_tie_tolerance
 from harness.pipeline import Arm, Group, evaluate_groups, references_to_check
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from harness.targets.target import DLMTarget
 from proposers import build_proposer
 
@@ -55,7 +55,7 @@ class LeakyPadding(DLMTarget):
 
 
 def variant(kind: type[DLMTarget], name: str) -> DLMTarget:
-    t = load_target(name)
+    t = load_dlm_target(name)
     t = t.exact() if name in EXACT else t
     return kind(t.model, t.family, t.mask_id, t.eos_id, t.tokenizer, name, rowwise=t.rowwise)
 
@@ -78,7 +78,7 @@ def rows_of(target: DLMTarget, checks: int):
 
 
 def test_the_shortest_and_longest_prompts_are_checked_first() -> None:
-    g = groups(load_target("tiny-random:llada"))
+    g = groups(load_dlm_target("tiny-random:llada"))
     assert references_to_check(g, 4, 1) == [3]  # the shortest: the most padding
     assert references_to_check(g, 4, 3) == [3, 2, 1]  # then the longest, then inwards
     assert references_to_check(g, 4, 9) == [3, 2, 1, 0]

@@ -12,14 +12,14 @@ from cluster.suite import Suite, build_suite
 from harness.errors import UserError
 from harness.pipeline import Arm, Group, evaluate_group
 from harness.targets.ar import ARTarget
-from harness.targets.registry import load_target
+from harness.targets.registry import load_ar_only
 from proposers import build_proposer
 from spotbench.cli import main
 
 
 @functools.cache
 def exact_tiny() -> ARTarget:
-    return load_target("tiny-random-ar").exact()
+    return load_ar_only("tiny-random-ar").exact()
 
 
 def group(rule: str = "greedy", temperature: float = 1.0) -> Group:

@@ -29,7 +29,7 @@ def run_dir(tmp_path_factory) -> RunDir:
     run = RunDir.open(tmp_path_factory.mktemp("report") / "run", SUITE.config(), [0], split_sizes={"arith": 2})
     evaluator = Evaluator(SUITE)
     for sample in get_task("arith").load("test", limit=2):
-        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), SUITE.groups())):
+        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
             assert group_id(dataclasses.asdict(rows[0])) and run.write_group(rows)
     run.write_summary()
     run.update_manifest(status="complete", sessions=[{"loads": evaluator.loads}])
@@ -108,6 +108,7 @@ def test_report_needs_a_run_directory(tmp_path, capsys) -> None:
 
 def chromium(page, tmp_path) -> tuple[str, bytes]:
     """Render `page` headless; returns (console lines, screenshot PNG)."""
+    assert CHROMIUM is not None  # the tests that call this skip without it
     shot = tmp_path / "shot.png"
     result = subprocess.run(
         [

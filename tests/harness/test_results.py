@@ -33,7 +33,11 @@ def groups() -> list[list[Row]]:
     """Real rows: two prompts of a tiny target through the worker's evaluation."""
     evaluator = Evaluator(SUITE)
     samples = get_task("arith").load("test", limit=2)
-    return [rows for s in samples for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), SUITE.groups()))]
+    return [
+        rows
+        for s in samples
+        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), tuple(SUITE.groups())))
+    ]
 
 
 def test_rows_match_the_schema_and_carry_both_arms(groups) -> None:
@@ -227,7 +231,7 @@ def test_exact_mode_rows_are_float64_and_exact() -> None:
         **{**SUITE.__dict__, "exact": True, "proposers": ("confidence",), "budgets": (4,), "temperatures": (1.0,)}
     )
     sample = get_task("arith").load("test", limit=1)[0]
-    [[row]] = Evaluator(suite).evaluate(Unit(suite.models[0], "arith", (sample,), suite.groups()))
+    [[row]] = Evaluator(suite).evaluate(Unit(suite.models[0], "arith", (sample,), tuple(suite.groups())))
     assert row.exact_mode and row.near_tie_tolerance == 1e-9
     assert row.exact and row.spec_completion == row.completion
 

@@ -37,7 +37,7 @@ def summary(tmp_path_factory) -> list[dict]:
         dataclasses.asdict(row)
         for model in suite.models
         for sample in get_task("arith").load("test", limit=3)
-        for group in evaluator.evaluate(Unit(model, "arith", (sample,), suite.groups()))
+        for group in evaluator.evaluate(Unit(model, "arith", (sample,), tuple(suite.groups())))
         for row in group
     ]
     return summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
@@ -94,7 +94,7 @@ SPEEDUPS = (1.22, 1.35, 1.28, 1.31, 1.25, 1.38, 1.30, 1.27)
 def template() -> dict:
     suite = Suite(models=("tiny-random:sdar",), proposers=("confidence",), limit=1, temperatures=(0.0,), budgets=(2,))
     sample = get_task("arith").load("test", limit=1)[0]
-    [[row]] = Evaluator(suite).evaluate(Unit(suite.models[0], "arith", (sample,), suite.groups()))
+    [[row]] = Evaluator(suite).evaluate(Unit(suite.models[0], "arith", (sample,), tuple(suite.groups())))
     return dataclasses.asdict(row)
 
 

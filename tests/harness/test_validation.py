@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from harness.decoding import DecodeConfig, parse_rule
@@ -39,7 +41,8 @@ def test_a_list_is_comma_separated_text_a_yaml_list_or_one_value() -> None:
 def test_model_options_are_checked_by_the_config_fields_and_stay_a_dict() -> None:
     kind = options_of(ModelConfig, exclude=("vocab_size",))
     moe = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8}
-    checked = check_value(kind, {"hidden_size": "32", "moe": moe}, "model")
+    value: dict[str, Any] = {"hidden_size": "32", "moe": moe}
+    checked = check_value(kind, value, "model")
     assert checked["hidden_size"] == 32 and checked["moe"]["num_experts"] == 4 and isinstance(checked["moe"], dict)
     with pytest.raises(UserError, match="vocab_size is not a setting here"):
         check_value(kind, {"vocab_size": 3}, "model")

@@ -11,13 +11,13 @@ import torch
 import yaml
 
 from harness.decoding import DecodeConfig, parse_rule, plain_decode
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from spotbench.cli import main
 from spotbench.lm_eval_model import SpotbenchLM  # importing it registers the model with lm-eval
 from tasks.base import cut
 from tasks.data import data_dir
 
-ARGS = "model=sdar-a,proposer=spot,budget=8,gen_length=16,block_length=8"
+ARGS = "model=sdar-a,proposer=spot,budget=8,gen_length=16,block_length=8,untrained_block_length=true"
 UNTIL = ["Question:", "\n\n\n"]
 SHIPPED = Path(__file__).resolve().parents[2] / "tasks" / "lm_eval" / "gsm8k_local.yaml"
 
@@ -64,7 +64,7 @@ def test_gsm8k_through_lm_eval_is_checked_and_logged(tmp_path, monkeypatch) -> N
     assert info["samples"] == 2 and info["exact"] == 2 and info["lossless"] and info["verdicts"] == {"exact": 2}
     assert info["spec_nfe"] < info["plain_nfe"]
     assert "exact_match,strict-match" in results["results"]["gsm8k_local"]
-    target = load_target("sdar-a")
+    target = load_dlm_target("sdar-a")
     config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, 0.0, 0)
     samples = results["samples"]["gsm8k_local"]
     for sample in samples:
@@ -145,7 +145,8 @@ def test_spotbench_lm_eval_prints_a_bad_key_as_one_line(capsys, tmp_path, monkey
     assert (
         err.endswith(
             "spotbench: error: spotbench model_args: unknown key 'budgett'; known keys: model, proposer, "
-            "budget, rule, temperature, seed, gen_length, block_length, mask_id, eos_id, exact, dtype, "
+            "budget, rule, temperature, seed, gen_length, block_length, untrained_block_length, mask_id, eos_id, "
+            "exact, dtype, "
             "device\n"
         )
         and "Traceback" not in err

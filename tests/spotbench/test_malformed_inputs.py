@@ -63,7 +63,7 @@ def foreign_parquet() -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def replaced(name: str, text: str) -> dict[str, str]:
+def replaced(name: str, text: str) -> dict[str, str | bytes]:
     """A recipe with the line of one setting replaced (or added)."""
     base = TARGET_RECIPE if name == "target" else SPOT_RECIPE
     key = text.split(":", 1)[0]

@@ -123,8 +123,7 @@ def naive_passes(program: str, tests: str, checker: str) -> bool:
     tests run as one script; 'nonce' also needs a random nonce, which it holds in a local, printed
     after the tests (the previous design of this sandbox)."""
     if checker == "status":
-        done = subprocess.run([sys.executable, "-c", program + tests], capture_output=True, timeout=30)
-        return done.returncode == 0
+        return subprocess.run([sys.executable, "-c", program + tests], capture_output=True, timeout=30).returncode == 0
     launcher = textwrap.dedent("""
         import sys
         def main():

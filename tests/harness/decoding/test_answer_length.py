@@ -6,7 +6,7 @@ import pytest
 
 from harness.decoding import DecodeConfig, parse_rule, plain_decode, speculative_decode
 from harness.decoding.replay import replay
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from proposers import build_proposer
 
 PROMPT = [(37 * i + 11) % 200 + 30 for i in range(11)]  # 11 tokens: the first block holds 3 of them
@@ -14,7 +14,7 @@ GEN_LENGTH, BLOCK = 10, 8  # answer positions 0-9 end mid-block: decoding runs t
 
 
 def decode(family: str):
-    target = load_target(f"tiny-random:{family}:2")
+    target = load_dlm_target(f"tiny-random:{family}:2")
     config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), GEN_LENGTH, BLOCK, 0.0, 3)
     plain = plain_decode(target, PROMPT, config, keep_logits=True)
     assert len(plain.tokens) == 13 and target.eos_id not in plain.tokens.tolist()  # the setting holds

@@ -89,7 +89,9 @@ class SmallModel:
         self.draft = draft
 
     def propose_chain(self, request: ARDraftRequest) -> DraftChain:
-        ids, tokens, qs = request.context.tolist(), [], []
+        ids = request.context.tolist()
+        tokens: list[int] = []
+        qs: list[torch.Tensor] = []
         for depth in range(request.budget):
             q = next_distribution(self.draft, ids + tokens, request.temperature)
             noise = request.noise(len(ids) + depth)[0] if request.noise else 0
@@ -149,7 +151,7 @@ def one_step_counts(p: torch.Tensor, q: torch.Tensor, seeds: int) -> dict[tuple[
 
 P = torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05], dtype=torch.float64)
 Q = torch.tensor([0.05, 0.1, 0.15, 0.2, 0.5], dtype=torch.float64)
-LAW1 = {(v,): float(P[v]) for v in range(V)}
+LAW1: dict[tuple[int, ...], float] = {(v,): float(P[v]) for v in range(V)}
 
 
 def test_one_step_commits_tokens_distributed_as_p() -> None:
@@ -189,7 +191,7 @@ def test_the_loop_accepts_and_rejects_and_is_reproducible() -> None:
     again = ar_rejection_decode(target, PROMPT, drafter, config, 3)
     assert first.tokens.tolist() == again.tokens.tolist() and first.pass_commits == again.pass_commits
     assert sum(first.pass_commits) == first.metrics.commits == 12 and first.metrics.nfe == len(first.pass_commits)
-    assert "token" in first.stops and sum(first.metrics.accepted_per_depth) > 0  # both outcomes occur
+    assert first.stops and "token" in first.stops and sum(first.metrics.accepted_per_depth) > 0  # both outcomes occur
     assert first.metrics.rows == first.metrics.nfe + first.metrics.draft_nodes
 
 

@@ -20,7 +20,7 @@ from harness.decoding.autoregressive import ARConfig, ARDraftRequest, ar_decode,
 from harness.decoding.noise import NoiseSource, gumbel
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.ar import ARSession, ARTarget
-from harness.targets.registry import load_target
+from harness.targets.registry import load_ar_only, load_target
 from proposers import build_proposer
 from proposers.registry import proposers_for
 
@@ -29,7 +29,7 @@ PROMPTS = [list(b"The quick brown fox jumps over the lazy dog. The quick brown")
 
 @functools.cache
 def target(exact: bool) -> ARTarget:
-    base = load_target("tiny-random-ar")
+    base = load_ar_only("tiny-random-ar")
     return base.exact() if exact else base
 
 

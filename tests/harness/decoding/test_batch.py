@@ -7,13 +7,15 @@ speculative decode is still lossless against the batched plain one."""
 from __future__ import annotations
 
 import functools
+from typing import cast
 
 import pytest
 import torch
 
 from harness.decoding import DecodeConfig, decode_batch, parse_rule, plain_generation, speculative_generation
+from harness.decoding.tree import Proposer
 from harness.lossless import batch_difference, check_lossless, near_tie_tolerance
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from harness.targets.target import DLMTarget
 from proposers import build_proposer
 
@@ -24,7 +26,7 @@ ARMS = [(None, 0), ("confidence", 2), ("confidence", 6), ("oracle", 3)]
 
 @functools.cache
 def target(family: str, exact: bool) -> DLMTarget:
-    loaded = load_target(f"tiny-random:{family}")
+    loaded = load_dlm_target(f"tiny-random:{family}")
     return loaded.exact() if exact else loaded
 
 
@@ -39,7 +41,9 @@ def decode_all(t: DLMTarget, cfg: DecodeConfig, arm: tuple[str | None, int], bat
         loops = [plain_generation(t, p, cfg, keep_logits=True) for p in PROMPTS]
     else:
         loops = [
-            speculative_generation(t, p, build_proposer(proposer, t, plain), cfg, budget, keep_logits=True)
+            speculative_generation(
+                t, p, cast(Proposer, build_proposer(proposer, t, plain)), cfg, budget, keep_logits=True
+            )
             for p, plain in zip(PROMPTS, plains)
         ]
     return decode_batch(t, loops, batch_size)

@@ -6,21 +6,23 @@ the same checker; in float32 the padded tree passes keep every prompt lossless a
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from harness.decoding import decode_batch
-from harness.decoding.ar_rejection import ar_rejection_generation
-from harness.decoding.autoregressive import ARConfig, ar_generation, ar_plain_generation
+from harness.decoding.ar_rejection import DistributionProposer, ar_rejection_generation
+from harness.decoding.autoregressive import ARConfig, ARProposer, ar_generation, ar_plain_generation
 from harness.lossless import batch_difference, check_lossless
 from harness.targets.ar import ARTarget
-from harness.targets.registry import load_target
+from harness.targets.registry import load_ar_only
 from proposers import build_proposer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_autoregressive import SPECS  # the drafters the AR tests use
+SPECS: dict[str, str] = importlib.import_module("test_autoregressive").SPECS  # the drafters the AR tests use
 
 PROMPTS = [
     list(b"The quick brown fox jumps over the lazy dog. The quick brown"),
@@ -33,7 +35,7 @@ ARMS = [(None, 0), ("prompt-lookup", 4), (SPECS["draft-model"], 3), (SPECS["psi-
 
 @functools.cache
 def target(exact: bool) -> ARTarget:
-    base = load_target("tiny-random-ar")
+    base = load_ar_only("tiny-random-ar")
     return base.exact() if exact else base
 
 
@@ -56,8 +58,16 @@ def decode_all(t: ARTarget, temperature: float, arm, batch_size: int, plains=Non
     if proposer is None:
         loops = [ar_plain_generation(t, p, config) for p in PROMPTS]
     else:
-        loop = ar_rejection_generation if rejection else ar_generation
-        loops = [loop(t, p, build_proposer(proposer, t, plain), config, budget) for p, plain in zip(PROMPTS, plains)]
+        built = [build_proposer(proposer, t, plain) for plain in plains]
+        if rejection:
+            loops = [
+                ar_rejection_generation(t, p, cast(DistributionProposer, drafter), config, budget)
+                for p, drafter in zip(PROMPTS, built)
+            ]
+        else:
+            loops = [
+                ar_generation(t, p, cast(ARProposer, drafter), config, budget) for p, drafter in zip(PROMPTS, built)
+            ]
     return decode_batch(t, [recording(loop) for loop in loops], batch_size)
 
 

@@ -4,8 +4,8 @@ its stale-token hit rate, recomputed by hand."""
 import pytest
 import torch
 
-from harness.decoding import DecodeConfig, gumbel, parse_rule, plain_decode
-from harness.targets.registry import load_target
+from harness.decoding import DecodeConfig, Transition, gumbel, parse_rule, plain_decode
+from harness.targets.registry import load_dlm_target
 
 PROMPT = [72, 105, 33, 32, 50, 43, 51]
 
@@ -46,7 +46,7 @@ def _recount(target, generation, config) -> tuple[int, int]:
 @pytest.mark.parametrize("family", ["sdar", "llada", "dream"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_stale_hit_rate_matches_an_independent_count(family: str, temperature: float) -> None:
-    target = load_target(f"tiny-random:{family}:1")
+    target = load_dlm_target(f"tiny-random:{family}:1")
     config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 24, 8, temperature, 5)
     generation = plain_decode(target, PROMPT, config)
     hits, commits = _recount(target, generation, config)
@@ -75,13 +75,15 @@ def _naive_plain(target, prompt, config, answer_grid=False) -> tuple[list, torch
     x[:length] = torch.tensor(prompt)
     positions = torch.arange(end)
     ids = torch.where(positions < origin, positions // size, -(-origin // size) + (positions - origin) // size)
-    steps, pass_logits = [], []
+    steps: list[Transition] = []
+    pass_logits: list[torch.Tensor] = []
     for start in range(origin, end, size):
         while bool((x[start : start + size] == target.mask_id).any()):
             seen = start + size if block_causal else end
             attend = ids[None, :seen] <= ids[:seen, None] if block_causal else None
             adapted = None
             if target.family.causal_context:  # converted: clean rows causal, the active block adapted
+                assert attend is not None  # converted targets are block-causal
                 active = positions[:seen] >= start
                 attend = (positions[None, :seen] <= positions[:seen, None]) | (attend & active[:, None])
                 adapted = active[None]
@@ -112,13 +114,15 @@ def test_plain_decoding_is_the_naive_loop(family: str, rule: str, temperature: f
     """On prompts of every length mod the block length where the grid depends on it (block-causal
     families, top1), two lengths elsewhere; float64 row by row, so the cached and the recomputed
     passes cannot flip a near-tie."""
-    target = load_target(f"tiny-random:{family}:2").exact()
+    target = load_dlm_target(f"tiny-random:{family}:2").exact()
     config = DecodeConfig(parse_rule(rule, target.family, target.mask_id), 24, 8, temperature, 11)
     every_residue = target.family.attention == "block_causal" and rule == "top1"
     for length in range(9, 17) if every_residue else (11, 16):
         prompt = _prompt(length)
         generation = plain_decode(target, prompt, config, keep_logits=True)
         steps, tokens, pass_logits = _naive_plain(target, prompt, config)
+        assert generation.pass_logits is not None and generation.records is not None
+        assert generation.first_state is not None
         assert generation.steps == steps, length
         assert torch.equal(generation.tokens, tokens)
         assert max(float((a - b).abs().max()) for a, b in zip(generation.pass_logits, pass_logits)) < 1e-9
@@ -134,11 +138,12 @@ def test_the_block_grid_is_absolute_on_block_causal_targets(family: str) -> None
     """Negative control of the naive loop above: blocks that start at the answer give other logits
     on the first pass of a prompt that ends mid-block; a gen_length that is not a multiple of the
     block length runs to the end of its block on the absolute grid."""
-    target = load_target(f"tiny-random:{family}:2").exact()
+    target = load_dlm_target(f"tiny-random:{family}:2").exact()
     config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 13, 8, 0.0, 11)
     prompt = _prompt(11)
     generation = plain_decode(target, prompt, config, keep_logits=True)
     assert len(generation.tokens) in (5, 13, 21)  # blocks end at absolute positions 16, 24 and 32
+    assert generation.pass_logits is not None
     first = generation.pass_logits[0][3:]  # the answer positions of the first block
     assert float((first - _naive_plain(target, prompt, config)[2][0][3:]).abs().max()) < 1e-9
     answer_first = _naive_plain(target, prompt, config, answer_grid=True)[2][0][:5]
@@ -146,9 +151,13 @@ def test_the_block_grid_is_absolute_on_block_causal_targets(family: str) -> None
 
 
 def test_an_eos_in_the_prompt_tail_does_not_end_the_answer() -> None:
-    target = load_target("tiny-random:sdar:2")
+    target = load_dlm_target("tiny-random:sdar:2")
     config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, 0.0, 0)
     prompt = _prompt(10) + [target.eos_id]  # the tail shares the first block with the answer
     generation = plain_decode(target, prompt, config)
-    assert generation.first_state[2] == target.eos_id and target.eos_id not in generation.tokens.tolist()
+    assert (
+        generation.first_state is not None
+        and generation.first_state[2] == target.eos_id
+        and target.eos_id not in generation.tokens.tolist()
+    )
     assert len(generation.tokens) == 21  # to the end of the block holding answer position 15, not 5

@@ -12,7 +12,7 @@ from harness.decoding import DecodeConfig, DraftTree, parse_rule, plain_decode, 
 from harness.decoding.replay import replay
 from harness.decoding.rules import Transition
 from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from harness.targets.target import DLMTarget
 from proposers import build_proposer
 from proposers.registry import proposers_for
@@ -22,7 +22,7 @@ PROMPT = list(b"Q: 2+2=?\nA:")
 
 @functools.cache
 def exact_target(family: str) -> DLMTarget:
-    return load_target(f"tiny-random:{family}").exact()
+    return load_dlm_target(f"tiny-random:{family}").exact()
 
 
 def config(target: DLMTarget, rule: str, temperature: float, geometry: tuple[int, int]) -> DecodeConfig:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from harness.decoding import Rule, Transition, parse_rule
+from harness.decoding.rules import Confidence
 from harness.errors import UserError
 from harness.targets.families import FAMILIES
 
@@ -30,7 +31,7 @@ def masks(n: int) -> torch.Tensor:
     return torch.full((n,), MASK)
 
 
-def top1(confidence: str = "prob") -> Rule:
+def top1(confidence: Confidence = "prob") -> Rule:
     return Rule("top1", MASK, confidence)
 
 

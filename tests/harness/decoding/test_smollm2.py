@@ -10,7 +10,7 @@ import torch
 from harness.decoding.autoregressive import ARConfig, ar_decode, ar_plain_decode
 from harness.lossless import check_lossless
 from harness.targets.ar import ARTarget
-from harness.targets.registry import load_target
+from harness.targets.registry import load_ar_only
 from proposers import build_proposer
 
 pytestmark = pytest.mark.slow
@@ -24,7 +24,7 @@ QUESTIONS = [
 
 @pytest.fixture(scope="module")
 def smollm2() -> ARTarget:
-    target = load_target("smollm2")
+    target = load_ar_only("smollm2")
     assert target.vocab_size == 49152 and sum(p.numel() for p in target.model.parameters()) == 134_515_008
     return target
 

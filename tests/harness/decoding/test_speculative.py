@@ -14,7 +14,7 @@ from hypothesis import target as target_score
 
 from harness.decoding import DecodeConfig, DraftTree, Generation, gumbel, parse_rule, plain_decode, speculative_decode
 from harness.lossless import check_lossless, near_tie_tolerance
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from harness.targets.target import DLMTarget
 from proposers import build_proposer
 from proposers.registry import proposers_for, spot_sets_folder, spot_sets_net
@@ -28,7 +28,7 @@ GEOMETRIES = [(16, 8), (24, 8), (16, 4)]
 
 @functools.cache
 def exact_target(family: str) -> DLMTarget:
-    return load_target(f"tiny-random:{family}").exact()
+    return load_dlm_target(f"tiny-random:{family}").exact()
 
 
 @functools.cache
@@ -222,7 +222,7 @@ class RecordingChain(Recorder):
 
 @pytest.mark.parametrize("family", ["llada", "sdar"])
 @pytest.mark.parametrize("kind", ["top1", "threshold"])
-def test_history_is_the_blocks_commit_order_so_far(family, kind):
+def test_history_is_the_blocks_commit_order_so_far(family, kind) -> None:
     target = exact_target(family)
     recorder = RecordingChain()
     cfg = config(family, kind, 1.0, 0, (16, 8))

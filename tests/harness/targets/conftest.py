@@ -214,7 +214,7 @@ def write_published(family: str, folder: Path, seed: int = 0, shards: int = 1) -
     if shards == 1:
         save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     else:
-        weight_map = {}
+        weight_map: dict[str, str] = {}
         for k in range(shards):
             filename = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
             part = {n: weights[n] for n in names[k::shards]}
@@ -315,7 +315,7 @@ def naive_logits(
     llada = family == "llada"
     heads, kv = (c["n_heads"], c["n_kv_heads"]) if llada else (c["num_attention_heads"], c["num_key_value_heads"])
     hidden = c["d_model"] if llada else c["hidden_size"]
-    dim = c.get("head_dim") if family in ("sdar", "llada2") else hidden // heads
+    dim = c["head_dim"] if family in ("sdar", "llada2") else hidden // heads
     rotary = int(dim * c.get("partial_rotary_factor", 1.0))
     eps, base = c["rms_norm_eps"], float(c["rope_theta"])
     embed = w[
@@ -370,7 +370,7 @@ def naive_logits(
         h = naive_rms(x, w[p + ("ff_norm.weight" if llada else "post_attention_layernorm.weight")], eps)
         if llada:
             gate, up = w[p + "ff_proj.weight"], w[p + "up_proj.weight"]
-            mlp = (gate, up, w[p + "ff_out.weight"])
+            mlp: tuple[Tensor, ...] = (gate, up, w[p + "ff_out.weight"])
         elif f"{p}mlp.gate.weight" in w:
             experts = [
                 tuple(w[f"{p}mlp.experts.{j}.{n}_proj.weight"] for n in ("gate", "up", "down"))

@@ -12,12 +12,12 @@ import torch
 from harness.errors import UserError
 from harness.targets import ar
 from harness.targets.ar import ARTarget, check_ar_name, is_ar_name, parse_tiny_ar_name
-from harness.targets.registry import load_target, target_kind
+from harness.targets.registry import load_ar_only, load_target, target_kind
 
 
 @functools.cache
 def tiny(seed: int = 0) -> ARTarget:
-    return load_target(f"tiny-random-ar:{seed}")
+    return load_ar_only(f"tiny-random-ar:{seed}")
 
 
 def prefix_logits(target: ARTarget, ids: list[int]) -> torch.Tensor:

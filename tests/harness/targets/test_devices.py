@@ -4,14 +4,17 @@ benchmarks/device_check.py)."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 import torch
 
 from harness.decoding import DecodeConfig, parse_rule, plain_decode, speculative_decode
+from harness.decoding.tree import Proposer
 from harness.errors import UserError
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.devices import resolve_device, resolve_dtype
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from proposers import build_proposer
 
 PROMPT = list(b"Q: 1+1=?\nA:")
@@ -48,12 +51,12 @@ def test_an_unknown_dtype_names_the_choices() -> None:
 @pytest.mark.parametrize("name", ["tiny-random:llada2", "sdar-a"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float64"])
 def test_targets_load_in_the_requested_dtype_and_decode_losslessly(name: str, dtype: str) -> None:
-    target = load_target(name, device="cpu", dtype=dtype)
+    target = load_dlm_target(name, device="cpu", dtype=dtype)
     assert target.dtype == getattr(torch, dtype) and target.device == torch.device("cpu")
     assert all(p.dtype == target.dtype for p in target.model.parameters())
     config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 32, 16, 1.0, 3)
     plain = plain_decode(target, PROMPT, config)
-    spec = speculative_decode(target, PROMPT, build_proposer("confidence", target, plain), config, 4)
+    spec = speculative_decode(target, PROMPT, cast(Proposer, build_proposer("confidence", target, plain)), config, 4)
     # batched rows in bf16 may flip a near-tie; a flip at a real decision would be a logic error
     assert check_lossless(plain, spec, near_tie_tolerance(target.dtype)).verdict != "logic-error"
     if dtype == "float64":
@@ -61,5 +64,5 @@ def test_targets_load_in_the_requested_dtype_and_decode_losslessly(name: str, dt
 
 
 def test_exactness_mode_keeps_the_device_and_evaluates_rows_one_by_one() -> None:
-    target = load_target("tiny-random:sdar", device="cpu", dtype="bfloat16").exact()
+    target = load_dlm_target("tiny-random:sdar", device="cpu", dtype="bfloat16").exact()
     assert target.dtype == torch.float64 and target.device == torch.device("cpu") and target.rowwise

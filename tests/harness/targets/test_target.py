@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from harness.targets.target import DLMTarget, TargetSession
 
 PROMPT = [72, 101, 108, 108, 111, 33]  # 6 tokens: the prompt ends mid-block for B = 4
@@ -35,8 +35,8 @@ def _recompute(target: DLMTarget, finished: list[torch.Tensor], state: torch.Ten
 
 @pytest.mark.parametrize("family", ["sdar", "llada2"])
 @pytest.mark.parametrize(("dtype", "tolerance"), [(torch.float32, 1e-5), (torch.float64, 1e-12)])
-def test_cached_block_passes_equal_full_recompute(family, dtype, tolerance):
-    target = _in_dtype(load_target(f"tiny-random:{family}:2"), dtype)
+def test_cached_block_passes_equal_full_recompute(family, dtype, tolerance) -> None:
+    target = _in_dtype(load_dlm_target(f"tiny-random:{family}:2"), dtype)
     session = target.start(PROMPT, BLOCK * BLOCKS, BLOCK)
     gen = torch.Generator().manual_seed(0)
     finished: list[torch.Tensor] = []
@@ -82,11 +82,11 @@ def _batch_and_rows(target: DLMTarget, rows: int = 5) -> tuple[torch.Tensor, tor
 
 @pytest.mark.parametrize("family", ["llada", "dream", "sdar", "llada2", "converted"])
 def test_a_batch_gives_the_logits_of_single_rows(family):
-    target = load_target(f"tiny-random:{family}:4")
+    target = load_dlm_target(f"tiny-random:{family}:4")
     batch, single = _batch_and_rows(target)
     print(f"{family} float32: batch vs single rows max diff {(batch - single).abs().max():.2e}")
     assert (batch - single).abs().max() <= 1e-4
-    batch, single = _batch_and_rows(_in_dtype(load_target(f"tiny-random:{family}:4"), torch.float64))
+    batch, single = _batch_and_rows(_in_dtype(load_dlm_target(f"tiny-random:{family}:4"), torch.float64))
     assert (batch - single).abs().max() <= 1e-12
     batch, single = _batch_and_rows(target.exact())
     assert torch.equal(batch, single)
@@ -105,7 +105,7 @@ def test_a_state_that_sees_another_state_is_caught(family, monkeypatch):
         return tokens, positions, attend, adapted
 
     monkeypatch.setattr(TargetSession, "causal_inputs", leaky)
-    batch, single = _batch_and_rows(_in_dtype(load_target(f"tiny-random:{family}:4"), torch.float64))
+    batch, single = _batch_and_rows(_in_dtype(load_dlm_target(f"tiny-random:{family}:4"), torch.float64))
     assert (batch - single).abs().max() > 1e-6
 
 
@@ -113,7 +113,7 @@ def test_a_state_that_sees_another_state_is_caught(family, monkeypatch):
 def test_shifted_logits_come_from_the_previous_position(family):
     """Dream's logit for answer position i is the model output at i - 1 (the last prompt token
     predicts the first answer token); LLaDA's is the output at i."""
-    target = load_target(f"tiny-random:{family}:5").exact()
+    target = load_dlm_target(f"tiny-random:{family}:5").exact()
     session = target.start(PROMPT, 2 * BLOCK, BLOCK)
     state = torch.tensor([[target.mask_id, 65, target.mask_id, 66]])
     out = session.forward(state)

@@ -4,9 +4,11 @@ other base weights."""
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 import torch
+import yaml
 
 from harness.errors import UserError
 from harness.targets import adapter
@@ -19,6 +21,7 @@ from harness.targets.converted import (
     model_config,
     save_converted,
 )
+from harness.training import convert as convert_module
 from harness.training import loop
 from harness.training.convert import ConvertRecipe, Sequence, layout, start_from_adapter, train_conversion
 from harness.training.loop import state_files
@@ -118,8 +121,8 @@ def _pairs(n: int = 24) -> list[tuple[list[int], list[int]]]:
     ]
 
 
-def _recipe(**changes) -> ConvertRecipe:
-    fields = dict(
+def _recipe(**changes: Any) -> ConvertRecipe:
+    fields: dict[str, Any] = dict(
         name="tiny-convert",
         tasks=["arith"],
         base="tiny-random-ar:1",
@@ -153,6 +156,25 @@ def test_an_interrupted_conversion_resumes_bit_identically(tmp_path, monkeypatch
     for (name, x), y in zip(adapter.lora_state(a.model).items(), adapter.lora_state(b.model).values()):
         assert torch.equal(x, y), name
     assert whole["curve"][-1]["heldout_loss"] < whole["curve"][0]["heldout_loss"] + 1.0
+
+
+def test_a_finished_conversion_keeps_only_its_model_and_a_rerun_finds_it_done(tmp_path, monkeypatch) -> None:
+    """A finished run removes its state (no file for a zoo folder to commit); the same recipe run again
+    returns the recorded report without a step, and another recipe is refused, model/ untouched."""
+    base = tiny_random_ar(1)
+    monkeypatch.setattr(loop, "PART_BYTES", 2**16)  # the state is saved in parts until the end
+    report = train_conversion(_recipe(), base, _pairs(), tmp_path)
+    assert report["finished"] and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    saved = {p.name: p.read_bytes() for p in (tmp_path / "model").iterdir()}
+
+    def no_step(*args, **kwargs):
+        raise AssertionError("a finished conversion trained again")
+
+    monkeypatch.setattr(convert_module, "diffusion_loss", no_step)
+    assert train_conversion(_recipe(), base, _pairs(), tmp_path) == report
+    with pytest.raises(UserError, match="finished conversion of a different recipe"):
+        train_conversion(_recipe(steps=6), base, _pairs(), tmp_path)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "model").iterdir()} == saved
 
 
 def test_a_conversion_starts_from_another_conversions_adapter(tmp_path) -> None:
@@ -206,8 +228,45 @@ def test_an_unknown_architecture_is_refused() -> None:
         model_config(GPT2Config(), "folder")
 
 
-def test_the_recipe_is_a_dataclass_of_known_fields() -> None:
-    assert {f.name for f in dataclasses.fields(ConvertRecipe)} >= {"base", "mask_id", "block_length", "rank"}
+def test_every_recipe_field_is_read_from_yaml_and_an_unknown_key_is_one_line(tmp_path) -> None:
+    (tmp_path / "init").mkdir()
+    (tmp_path / "init" / CONVERTED_FILE).write_text("{}")  # what init_adapter's check looks for
+    values = {
+        "name": "every-field",
+        "tasks": ["arith", "gsm8k"],
+        "base": "tiny-random-ar:2",
+        "mask_id": 7,
+        "block_length": 8,
+        "rank": 2,
+        "alpha": 4.0,
+        "seed": 3,
+        "steps": 9,
+        "batch_size": 2,
+        "learning_rate": 0.5,
+        "warmup_steps": 1,
+        "weight_decay": 0.1,
+        "grad_clip": 0.5,
+        "prompt_max_tokens": 64,
+        "answer_max_tokens": 32,
+        "train_examples": 5,
+        "validation_examples": 2,
+        "validation_every": 3,
+        "checkpoint_every": 4,
+        "dtype": "bfloat16",
+        "init_adapter": str(tmp_path / "init"),
+    }
+    fields = dataclasses.fields(ConvertRecipe)
+    assert sorted(f.name for f in fields) == sorted(values)  # a new field gets a value here
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(values))
+    recipe = ConvertRecipe.load(path)
+    for f in fields:  # each value is not the field's default, so a field the loader drops fails
+        assert getattr(recipe, f.name) == values[f.name] != f.default, f.name
+    assert ConvertRecipe.load(path, steps=11).steps == 11
+    path.write_text(yaml.safe_dump(values | {"block_lenght": 4}))
+    with pytest.raises(UserError) as error:
+        ConvertRecipe.load(path)
+    assert "block_lenght" in str(error.value) and len(str(error.value).splitlines()) == 1
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from harness.errors import UserError
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from harness.targets.tiny import byte_tokenizer
 from harness.training.objective import Example
 from harness.training.train_target import Recipe, train
@@ -72,7 +72,7 @@ def test_resume_after_interruption_gives_the_same_model(tmp_path, monkeypatch) -
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     report = json.loads((tmp_path / "straight" / "model" / "training.json").read_text())
     assert report["steps"] == 6 and report["training_tokens"] > 0
-    target = load_target(str(tmp_path / "straight" / "model"))
+    target = load_dlm_target(str(tmp_path / "straight" / "model"))
     assert target.family.name == "sdar" and target.mask_id == tokenizer.mask_token_id
 
 

@@ -9,16 +9,17 @@ import torch
 
 from harness.decoding import DecodeConfig, DraftRequest, NoiseSource, parse_rule, plain_decode, speculative_decode
 from harness.errors import UserError
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from harness.targets.target import DLMTarget
 from proposers import PROPOSERS, build_proposer
+from proposers.baselines.confidence import ConfidenceProposer
 
 PROMPT = list(b"Q: 2+2=?\nA:")
 
 
 @functools.cache
 def exact_target(family: str) -> DLMTarget:
-    return load_target(f"tiny-random:{family}").exact()
+    return load_dlm_target(f"tiny-random:{family}").exact()
 
 
 def test_registry_names_and_unknown_name():
@@ -70,11 +71,11 @@ def test_confidence_chain_simulates_the_rule_on_the_stale_view(temperature):
     assert short.nodes == tree.nodes[:2]
 
 
-def test_confidence_branch_adds_runner_up_siblings_within_budget():
+def test_confidence_branch_adds_runner_up_siblings_within_budget() -> None:
     target = exact_target("llada")
     req = request(target, 6, 0.0)
-    tree = build_proposer("confidence-branch", target, None).propose(req)
-    chain = build_proposer("confidence", target, None).propose(req)
+    tree = ConfidenceProposer(branch=True).propose(req)  # the registry's confidence-branch
+    chain = ConfidenceProposer().propose(req)  # and confidence
     assert len(tree.nodes) == 6
     by_parent: dict[int, list] = {}
     for node in tree.nodes:

@@ -6,17 +6,18 @@ or on a diffusion target)."""
 from __future__ import annotations
 
 import functools
+from typing import cast
 
 import pytest
 import torch
 
 from cluster.suite import build_suite
-from harness.decoding.ar_rejection import ar_rejection_decode
-from harness.decoding.autoregressive import ARConfig, ARDraftRequest, ar_decode, ar_plain_decode
+from harness.decoding.ar_rejection import DistributionProposer, ar_rejection_decode
+from harness.decoding.autoregressive import ARConfig, ARDraftRequest, ARProposer, ar_decode, ar_plain_decode
 from harness.errors import UserError
 from harness.lossless import check_lossless
 from harness.targets.ar import ARTarget
-from harness.targets.registry import load_target
+from harness.targets.registry import load_ar_only
 from proposers import build_proposer
 from proposers.baselines.draft_model import DraftModelProposer, check_draft_fits, check_same_vocabulary
 
@@ -25,7 +26,7 @@ PROMPT = list(b"the cat sat on the mat; the cat")
 
 @functools.cache
 def exact_target(name: str = "tiny-random-ar") -> ARTarget:
-    return load_target(name).exact()
+    return load_ar_only(name).exact()
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -33,7 +34,7 @@ def exact_target(name: str = "tiny-random-ar") -> ARTarget:
 def test_coupled_mode_is_plain_decoding_token_for_token(temperature, draft) -> None:
     target, config = exact_target(), ARConfig(24, temperature, 5)
     plain = ar_plain_decode(target, PROMPT, config)
-    proposer = build_proposer(f"draft-model:{draft}", target, plain)
+    proposer = cast(ARProposer, build_proposer(f"draft-model:{draft}", target, plain))
     spec = ar_decode(target, PROMPT, proposer, config, 3)
     assert check_lossless(plain, spec, 1e-9).exact
     assert spec.metrics.draft_model_forwards > 0 and spec.metrics.draft_target_forwards == 0
@@ -45,7 +46,7 @@ def test_coupled_mode_is_plain_decoding_token_for_token(temperature, draft) -> N
 def test_rejection_mode_at_temperature_zero_is_greedy_and_counts_forwards() -> None:
     target, config = exact_target(), ARConfig(24, 0.0, 0)
     plain = ar_plain_decode(target, PROMPT, config)
-    proposer = build_proposer("draft-model:tiny-random-ar", target, plain)
+    proposer = cast(DistributionProposer, build_proposer("draft-model:tiny-random-ar", target, plain))
     spec = ar_rejection_decode(target, PROMPT, proposer, config, 3)
     assert spec.tokens.tolist() == plain.tokens.tolist() and spec.pass_commits == [4] * 6
     # one forward per draft token (the first of each pass also feeds the tokens its cache lacks)
@@ -53,7 +54,7 @@ def test_rejection_mode_at_temperature_zero_is_greedy_and_counts_forwards() -> N
 
 
 def test_the_cache_is_rewound_to_the_committed_context() -> None:
-    draft = load_target("tiny-random-ar:1")
+    draft = load_ar_only("tiny-random-ar:1")
     proposer = DraftModelProposer(draft)
     contexts = [PROMPT, PROMPT + [7, 8], PROMPT + [7, 9, 10, 11], PROMPT[:5]]
     for context in contexts:
@@ -88,7 +89,7 @@ def test_a_draft_model_must_share_the_tokenizer(tmp_path) -> None:
         check_draft_fits(str(tmp_path), "tiny-random-ar")
     check_draft_fits("tiny-random-ar:1", "tiny-random-ar")
     with pytest.raises(UserError, match="scores 3 tokens"):
-        check_same_vocabulary(load_target(str(tmp_path)), load_target("tiny-random-ar"), str(tmp_path))
+        check_same_vocabulary(load_ar_only(str(tmp_path)), load_ar_only("tiny-random-ar"), str(tmp_path))
     with pytest.raises(UserError, match="another tokenizer"):
         build_suite({}, {"models": "tiny-random-ar", "proposers": f"draft-model:{tmp_path}"})
 

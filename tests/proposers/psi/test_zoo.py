@@ -11,7 +11,7 @@ import torch
 
 from harness.decoding.autoregressive import ARConfig, ar_decode, ar_plain_decode
 from harness.targets.ar import ARTarget
-from harness.targets.registry import load_target, target_kind
+from harness.targets.registry import load_ar_only, target_kind
 from harness.targets.zoo import zoo_entry, zoo_names
 from proposers.psi.lora import GatedLoRAModel
 from proposers.psi.proposer import PsiLinear
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 @functools.cache
 def ar_a() -> ARTarget:
-    return load_target("ar-a")
+    return load_ar_only("ar-a")
 
 
 @functools.cache

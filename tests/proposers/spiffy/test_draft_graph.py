@@ -15,7 +15,7 @@ from harness.decoding import DecodeConfig, DraftRequest, NoiseSource, parse_rule
 from harness.decoding.replay import replay
 from harness.errors import UserError
 from harness.lossless import check_lossless, near_tie_tolerance
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from harness.targets.target import DLMTarget
 from harness.targets.zoo import ZOO_DIR
 from proposers import build_proposer, check_arm_for_model, check_proposer
@@ -39,7 +39,7 @@ RULES = {"top1": "top1", "threshold": "threshold:0.02"}
 
 @functools.cache
 def exact_target(family: str) -> DLMTarget:
-    return load_target(f"tiny-random:{family}").exact()
+    return load_dlm_target(f"tiny-random:{family}").exact()
 
 
 @functools.cache
@@ -103,7 +103,7 @@ def wrong_ranks(calibration: SpiffyCalibration) -> SpiffyCalibration:
 
 @pytest.mark.parametrize("family", ["llada", "sdar"])
 @pytest.mark.parametrize("rule", RULES.values())
-def test_calibration_counts_the_patterns_plain_decoding_committed(family, rule):
+def test_calibration_counts_the_patterns_plain_decoding_committed(family, rule) -> None:
     target = exact_target(family)
     cfg = DecodeConfig(parse_rule(rule, target.family, target.mask_id), 16, 8, 1.0, 4)
     plain = plain_decode(target, PROMPTS[0], cfg, keep_logits=True)
@@ -140,7 +140,7 @@ def test_spiffy_is_exact_in_exactness_mode(family, kind, temperature, budget):
 
 @functools.cache
 def sdar_a_plains(temperature: float) -> tuple:
-    target = load_target("sdar-a")
+    target = load_dlm_target("sdar-a")
     task = get_task("gsm8k", num_fewshot=0)
     rule = parse_rule("top1", target.family, target.mask_id)
     configs = [DecodeConfig(rule, 64, 32, temperature, i) for i in range(3)]

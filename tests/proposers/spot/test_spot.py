@@ -22,7 +22,7 @@ from harness.decoding import (
 )
 from harness.decoding.rules import candidate_tokens
 from harness.lossless import check_lossless, near_tie_tolerance
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target, load_target
 from harness.targets.target import DLMTarget
 from harness.targets.zoo import ZOO_DIR
 from proposers.baselines.confidence import ConfidenceProposer
@@ -50,7 +50,7 @@ PROMPTS = [list(b"Q: 2+2=?\nA:"), list(b"The quick brown fox")]
 
 @functools.cache
 def exact_target(family: str) -> DLMTarget:
-    return load_target(f"tiny-random:{family}").exact()
+    return load_dlm_target(f"tiny-random:{family}").exact()
 
 
 @functools.cache
@@ -117,6 +117,7 @@ def request(target: DLMTarget, temperature: float, budget: int, committed: int =
 
 def drafted_nodes(tree, req: DraftRequest):
     """(position, token, the stale view's candidates at the node's depth) for every node of a tree."""
+    assert req.stale is not None
     view = StaleView.of(req.stale, req.temperature, req.rule.mask_id)
     depth = {0: 0}
     for index, node in enumerate(tree.nodes, start=1):

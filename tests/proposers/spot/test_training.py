@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from harness.validation import read_mapping
 from proposers.spot.collection import DATA_FILE, Views, collect, recipe_jobs
 from proposers.spot.network import CONFIG_FILE, WEIGHTS_FILE, SpotConfig, load_spot
@@ -45,7 +45,7 @@ def tiny_recipe(**fields) -> SpotRecipe:
 
 def test_training_is_deterministic_and_records_provenance(tmp_path):
     recipe = tiny_recipe(temperatures=(0.0, 1.0), steps=3, validation_fraction=0.25)
-    target = load_target(recipe.target)
+    target = load_dlm_target(recipe.target)
     first = train(recipe, target, jobs_for(recipe, target), tmp_path / "run1", tmp_path / "out1")
     second = train(recipe, target, jobs_for(recipe, target), tmp_path / "run2", tmp_path / "out2")
     assert first["validation"] == second["validation"]
@@ -66,7 +66,7 @@ def test_training_is_deterministic_and_records_provenance(tmp_path):
 @pytest.mark.parametrize("average_from", [None, 2])
 def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path, monkeypatch, average_from):
     recipe = tiny_recipe(temperatures=(0.0, 1.0), steps=6, checkpoint_every=2, average_from=average_from)
-    target = load_target(recipe.target)
+    target = load_dlm_target(recipe.target)
     train(recipe, target, jobs_for(recipe, target), tmp_path / "straight", tmp_path / "out1")
     original, calls = torch.optim.AdamW.step, []
 
@@ -89,7 +89,7 @@ def test_a_run_saved_before_a_recipe_field_existed_resumes_as_its_default(tmp_pa
     from harness.errors import UserError
 
     recipe = tiny_recipe()
-    target = load_target(recipe.target)
+    target = load_dlm_target(recipe.target)
     train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "out")
     state_path = tmp_path / "run" / "train_state.pt"
     state = torch.load(state_path, weights_only=False)
@@ -109,7 +109,7 @@ def test_a_run_saved_before_a_recipe_field_existed_resumes_as_its_default(tmp_pa
 
 def test_training_seed_reseeds_the_network_but_keeps_the_data_and_split(tmp_path):
     recipe = tiny_recipe()
-    target = load_target(recipe.target)
+    target = load_dlm_target(recipe.target)
     reports = {}
     for training_seed in (None, 0, 1):
         run = tmp_path / f"run{training_seed}"
@@ -130,7 +130,7 @@ def test_a_run_folder_refuses_data_collected_for_another_recipe(tmp_path):
     from harness.errors import UserError
 
     recipe = tiny_recipe(steps=1)
-    target = load_target(recipe.target)
+    target = load_dlm_target(recipe.target)
     train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "out")
     (tmp_path / "run" / "train_state.pt").unlink()  # only the collected data is left to guard
     more_prompts = dataclasses.replace(recipe, tasks={"arith": 3})
@@ -140,7 +140,7 @@ def test_a_run_folder_refuses_data_collected_for_another_recipe(tmp_path):
     assert train(longer, target, jobs_for(longer, target), tmp_path / "run", tmp_path / "out3")["steps"] == 2
 
 
-def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch):
+def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch) -> None:
     import proposers.spot.training as training
 
     drawn: dict[float, list[int]] = {}
@@ -152,7 +152,7 @@ def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch):
         return real_loss(net, data, index, *teaching)
 
     monkeypatch.setattr(training, "batch_loss", recording)
-    target = load_target("tiny-random:sdar")
+    target = load_dlm_target("tiny-random:sdar")
     for decay in (1.0, 0.01):
         drawn[decay] = []
         recipe = tiny_recipe(steps=20, batch_size=16, depth_decay=decay)
@@ -186,7 +186,7 @@ def test_init_checkpoint_starts_the_run_from_its_weights(tmp_path):
     from harness.errors import UserError
 
     recipe = tiny_recipe()
-    target = load_target(recipe.target)
+    target = load_dlm_target(recipe.target)
     train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "start")
     frozen = dataclasses.replace(recipe, init_checkpoint=str(tmp_path / "start"), learning_rate=0.0, training_seed=1)
     report = train(frozen, target, jobs_for(frozen, target), tmp_path / "run-frozen", tmp_path / "frozen")
@@ -206,7 +206,7 @@ def test_init_checkpoint_starts_the_run_from_its_weights(tmp_path):
         )
 
 
-def test_average_from_holds_the_learning_rate_and_saves_the_mean_of_the_later_weights(tmp_path, monkeypatch):
+def test_average_from_holds_the_learning_rate_and_saves_the_mean_of_the_later_weights(tmp_path, monkeypatch) -> None:
     import proposers.spot.training as training
 
     learning_rates: list[float] = []
@@ -221,7 +221,7 @@ def test_average_from_holds_the_learning_rate_and_saves_the_mean_of_the_later_we
 
     monkeypatch.setattr(training, "optimizer_step", recording)
     recipe = tiny_recipe(steps=4, warmup_steps=2, average_from=1, learning_rate=0.01)
-    target = load_target(recipe.target)
+    target = load_dlm_target(recipe.target)
     train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "out")
     assert learning_rates == pytest.approx([0.005, 0.01, 0.01, 0.01])  # warmup, then held (cosine would fall)
     expected = [torch.stack(step).mean(0) for step in zip(*weights[1:])]  # after steps 2, 3 and 4
@@ -237,7 +237,7 @@ def test_distillation_loss_is_the_cross_entropy_from_the_teachers_mixture():
     from proposers.spot.network import SpotEnsemble, SpotNet
     from proposers.spot.training import batch_loss
 
-    target = load_target("tiny-random:sdar")
+    target = load_dlm_target("tiny-random:sdar")
     views, _ = collect(target, PROMPT, 16, 8, 1.0, 4, SpotConfig(max_depth=5))
     data = Views.cat([views])
     index = torch.arange(data["label"].numel())
@@ -267,7 +267,7 @@ def test_teachers_pull_the_student_towards_their_mixture(tmp_path):
     from proposers.spot.network import SpotEnsemble, SpotNet, joint_logp, save_spot
 
     recipe = tiny_recipe(steps=20, learning_rate=0.01, validation_fraction=0.5)
-    target = load_target(recipe.target)
+    target = load_dlm_target(recipe.target)
     train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "trained")
     torch.manual_seed(5)  # a teacher far from what the recorded commits teach: random, loud, no confidence prior
     teacher = SpotNet(SpotConfig(**recipe.model))

@@ -33,7 +33,7 @@ instead of the best `budget - drafted`, `depth` tells the network the child's de
 
 
 @torch.no_grad()
-def reference_tree(net: torch.nn.Module, request: DraftRequest, perturb: str | None = None) -> DraftTree:
+def reference_tree(net: SpotNet | SpotEnsemble, request: DraftRequest, perturb: str | None = None) -> DraftTree:
     """The search before batching (one network call per expanded node, batch 1), kept verbatim as
     the reference, with an optional `PERTURBATIONS` variant."""
     if request.stale is None or request.budget == 0:

@@ -25,7 +25,7 @@ from harness.decoding import (
 from harness.errors import UserError
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.pipeline import Arm
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from harness.targets.target import DLMTarget
 from proposers import build_proposer, check_arm_for_model, check_proposer
 from proposers.baselines.confidence import ConfidenceProposer
@@ -50,7 +50,7 @@ PROMPTS = [list(b"Q: 2+2=?\nA:"), list(b"The quick brown fox")]
 
 @functools.cache
 def exact_target(family: str) -> DLMTarget:
-    return load_target(f"tiny-random:{family}").exact()
+    return load_dlm_target(f"tiny-random:{family}").exact()
 
 
 @functools.cache
@@ -81,6 +81,7 @@ def median_tau(family: str, temperature: float, prompt: int, seed: int) -> float
     target = exact_target(family)
     cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, temperature, seed)
     plain = plain_decode(target, PROMPTS[prompt], cfg, keep_logits=True)
+    assert plain.pass_logits is not None
     tempered = temperature if temperature > 0 and cfg.rule.confidence == "tempered_prob" else 1.0
     confidences = [
         float((logits.double() / tempered).softmax(-1)[t.positions[0], t.tokens[0]])

@@ -13,7 +13,7 @@ from harness.decoding import DecodeConfig, Rule, parse_rule, plain_decode
 from harness.decoding.noise import NoiseSource
 from harness.errors import UserError
 from harness.recipes import load_recipe
-from harness.targets.registry import load_target
+from harness.targets.registry import load_dlm_target
 from proposers.spot.collection import recipe_jobs
 from proposers.spot.features import MASKED
 from proposers.spot.network import SpotConfig, SpotNet, save_spot
@@ -52,6 +52,7 @@ def median_tau(target, temperature: float) -> float:
     sets of several positions and single ones."""
     cfg = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 16, 8, temperature, 4)
     plain = plain_decode(target, PROMPT, cfg, keep_logits=True)
+    assert plain.pass_logits is not None
     tempered = temperature if temperature > 0 and cfg.rule.confidence == "tempered_prob" else 1.0
     confidences = sorted(
         float((logits.double() / tempered).softmax(-1)[t.positions[0], t.tokens[0]])
@@ -66,8 +67,8 @@ def jobs_for(recipe: SpotSetsRecipe, target) -> list:
 
 @pytest.mark.parametrize("family", ["sdar", "llada"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_examples_are_the_sets_plain_threshold_decoding_commits(family, temperature):
-    target = load_target(f"tiny-random:{family}")
+def test_examples_are_the_sets_plain_threshold_decoding_commits(family, temperature) -> None:
+    target = load_dlm_target(f"tiny-random:{family}")
     recipe = tiny_recipe(
         target=f"tiny-random:{family}",
         rule=f"threshold:{median_tau(target, temperature)!r}",
@@ -76,6 +77,7 @@ def test_examples_are_the_sets_plain_threshold_decoding_commits(family, temperat
     views = collect(target, PROMPT, recipe, temperature, 4)
     rule = parse_rule(recipe.rule, target.family, target.mask_id)
     plain = plain_decode(target, PROMPT, DecodeConfig(rule, 16, 8, temperature, 4), keep_logits=True)
+    assert plain.pass_logits is not None
     noise = NoiseSource(4, 8, target.vocab_size) if temperature > 0 else None
     top1 = Rule("top1", rule.mask_id, rule.confidence)
     following = {}  # (block, committed positions) -> the step taken there
@@ -102,7 +104,7 @@ def test_examples_are_the_sets_plain_threshold_decoding_commits(family, temperat
 @pytest.mark.slow
 def test_training_is_deterministic_records_its_rule_and_a_learning_curve(tmp_path):
     recipe = tiny_recipe(temperatures=(0.0, 1.0), steps=3)
-    target = load_target(recipe.target)
+    target = load_dlm_target(recipe.target)
     first = train(recipe, target, jobs_for(recipe, target), tmp_path / "run1", tmp_path / "out1")
     second = train(recipe, target, jobs_for(recipe, target), tmp_path / "run2", tmp_path / "out2")
     assert first["validation"] == second["validation"]
@@ -122,7 +124,7 @@ def test_training_is_deterministic_records_its_rule_and_a_learning_curve(tmp_pat
 
 def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path):
     recipe = tiny_recipe(steps=4, checkpoint_every=2, eval_every=2)
-    target = load_target(recipe.target)
+    target = load_dlm_target(recipe.target)
     whole = train(recipe, target, jobs_for(recipe, target), tmp_path / "whole", tmp_path / "a")
     train(dataclasses.replace(recipe, steps=2), target, jobs_for(recipe, target), tmp_path / "half", tmp_path / "x")
     state = torch.load(tmp_path / "half" / "train_state.pt", weights_only=False)
@@ -138,7 +140,7 @@ def test_a_spot_checkpoint_starts_the_trunk_and_the_commit_head_starts_at_the_ru
     spot = SpotNet(SpotConfig(**TINY_MODEL))
     save_spot(spot, tmp_path / "spot", {"provenance": {"target": "tiny-random:sdar"}})
     recipe = tiny_recipe(steps=1, learning_rate=1e-12, warmup_steps=0, init_checkpoint=str(tmp_path / "spot"))
-    target = load_target(recipe.target)
+    target = load_dlm_target(recipe.target)
     report = train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "out")
     net = load_spot_sets(tmp_path / "out")
     assert torch.allclose(net.project.weight, spot.project.weight) and torch.allclose(net.head.weight, spot.head.weight)
@@ -167,7 +169,7 @@ def test_recipe_refuses_a_bad_rule_or_field(tmp_path, line, error):
 
 def test_calibration_lowers_the_nll_it_is_fitted_on():
     recipe = tiny_recipe(temperatures=(0.0, 1.0))
-    target = load_target(recipe.target)
+    target = load_dlm_target(recipe.target)
     data = SetViews.cat([collect(target, ids, recipe, t, k) for k, (_, ids, t) in enumerate(jobs_for(recipe, target))])
     torch.manual_seed(0)
     net = SpotSetsNet(SpotConfig(**TINY_MODEL)).eval()

@@ -117,7 +117,7 @@ def test_the_transfer_view_shows_learned_arms_against_the_best_baseline_and_the_
     rows = [
         dataclasses.asdict(r)
         for sample in get_task("arith").load("test", limit=2)
-        for group in evaluator.evaluate(Unit("tiny-random:sdar", "arith", (sample,), suite.groups()))
+        for group in evaluator.evaluate(Unit("tiny-random:sdar", "arith", (sample,), tuple(suite.groups())))
         for r in group
     ]
     summary = summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
