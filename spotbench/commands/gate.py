@@ -34,7 +34,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--nfe-band", type=float, default=default.nfe_band, help="relative band around the baseline's speedup_nfe"
     )
     parser.add_argument(
-        "--wall-band", type=float, default=default.wall_band, help="relative band around the baseline's speedup_wall"
+        "--wall-band",
+        type=float,
+        default=default.wall_band,
+        help="relative band around the baseline's speedup_wall_robust (disturbed rows left out)",
     )
     parser.add_argument("--z", type=float, default=default.z, help="z of the Wilson bound on accuracy")
     parser.add_argument("--all", action="store_true", help="show passing checks too")
