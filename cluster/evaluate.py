@@ -116,6 +116,8 @@ class Evaluator:
 
             return score if getattr(task, "scored", True) else None  # token-id prompts have no reference
 
+        block_length = self.suite.block_length_for(unit.model)  # read from the target's files: once a unit
+        trained = block_length_trained(unit.model, block_length)
         out = []
         for temperature, rule, seed in unit.groups:
             groups = [
@@ -128,11 +130,11 @@ class Evaluator:
                     rule,
                     seed,
                     self.suite.gen_length,
-                    self.suite.block_length_for(unit.model),
+                    block_length,
                     text,
                     sample.reference,
                     chat.label,
-                    block_length_trained(unit.model, self.suite.block_length_for(unit.model)),
+                    trained,
                 )
                 for sample, prompt, text in zip(unit.samples, ids, texts)
             ]
