@@ -23,8 +23,8 @@ import torch
 
 from harness.lossless import near_tie_tolerance
 from harness.pipeline import Group, Score, evaluate_group
-from harness.results import ROW_SCHEMA
-from harness.summary import summarize
+from harness.runs.schema import ROW_SCHEMA
+from harness.runs.summary import summarize
 from harness.targets.registry import load_target
 from harness.targets.zoo import zoo_names
 from proposers import arms, build_proposer

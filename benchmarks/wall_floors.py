@@ -18,8 +18,8 @@ import sys
 from collections import defaultdict
 
 from harness.pipeline import AUTO
-from harness.results import RunDir
-from harness.summary import summarize
+from harness.runs.run_dir import RunDir
+from harness.runs.summary import summarize
 
 PROPOSERS = ("confidence", "spot")
 

@@ -18,7 +18,7 @@ from typing import Any, cast
 from cluster.provenance import measure_load
 from cluster.suite import Suite
 from harness.pipeline import AUTO, Arm, Group, Score, evaluate_groups
-from harness.results import Row
+from harness.runs.schema import Row
 from tasks.base import Sample, prompt_ids
 from tasks.chat import Chat
 from tasks.prompt_ids import check_in_vocabulary

@@ -7,8 +7,8 @@ a GGUF file; retraining into the same folder keeps the name), each proposer's ch
 (`spot`, `spot-sets`, `spiffy`, the Psi-Spec drafters, and a `draft-model:NAME`'s weights), and the
 task data files in the data dir (`SPOTBENCH_DATA_DIR`) that a task reads. Targets built in code
 (`tiny-random:*`) and training-free proposers read no file: the git revision pins them. A resumed
-run refuses other bytes under the same names (`harness.results`), and the gate refuses to compare
-runs that read different bytes (`harness.configs`). A file's hash is remembered between starts by its
+run refuses other bytes under the same names (`harness.runs.run_dir`), and the gate refuses to compare
+runs that read different bytes (`harness.runs.configs`). A file's hash is remembered between starts by its
 path and stat (`harness.hash_cache`, where the one change it cannot see is described), so a start
 reads only the files that changed.
 """
@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from cluster.suite import Suite
 from harness.hash_cache import HashCache
-from harness.store import sha256_file
+from harness.runs.files import sha256_file
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ at most UNIT_BATCHES batches, so the last units of a run spread over the workers
 holds one `Evaluator` (targets loaded once, on first use) and gets at most two units in flight, so it
 never waits for the driver. The driver is the only writer: it writes each finished group atomically
 under a name derived from the group key and its arms, and plans only what is not verified on disk
-(`harness.store`), so
+(`harness.runs.verify`), so
 
 - a worker that dies (process killed, OOM) is replaced when the cluster has room for a new one, and
   its in-flight units are sent again; whatever they had computed was never written, so every row
@@ -39,8 +39,9 @@ from cluster.evaluate import Evaluator, Unit
 from cluster.provenance import driver_hardware, run_inputs
 from cluster.suite import Suite, check_targets
 from harness.errors import UserError
-from harness.results import Row, RunDir, group_id
-from harness.store import Verification
+from harness.runs.run_dir import RunDir
+from harness.runs.schema import Row, group_id
+from harness.runs.verify import Verification
 from harness.targets.devices import resolve_device
 
 IN_FLIGHT_PER_WORKER = 2
@@ -65,7 +66,7 @@ class ClusterLost(UserError):
 class RunResult:
     run_dir: RunDir
     summary: Any
-    """pyarrow Table (see harness.summary.SUMMARY_SCHEMA)."""
+    """pyarrow Table (see harness.runs.summary.SUMMARY_SCHEMA)."""
     written: int
     skipped: int
     workers: int
@@ -143,7 +144,7 @@ def chunks(items: list, most: int) -> list[tuple]:
 
 def split_sizes(suite: Suite) -> dict[str, int]:
     """Prompts in each task's split before the limit: with the limit, how many prompts a complete run
-    holds per model and task (recorded in the manifest, checked by `harness.store`)."""
+    holds per model and task (recorded in the manifest, checked by `harness.runs.verify`)."""
     from tasks.registry import get_task
 
     return {task: len(get_task(task, suite.num_fewshot).load(suite.split)) for task in suite.tasks}

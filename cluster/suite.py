@@ -390,11 +390,11 @@ def check_prompts_fit(suite: Suite) -> None:
 
 
 def check_storable(suite: Suite) -> None:
-    """Every seed fits the seed column of the rows a run stores (`harness.results.ROW_SCHEMA`), checked
+    """Every seed fits the seed column of the rows a run stores (`harness.runs.schema.ROW_SCHEMA`), checked
     before a run directory exists: the noise takes any seed in [0, 2**64), a signed column half of them."""
     import pyarrow as pa
 
-    from harness.results import ROW_SCHEMA
+    from harness.runs.schema import ROW_SCHEMA
 
     column = ROW_SCHEMA.field("seed").type
     bits = column.bit_width - (0 if pa.types.is_unsigned_integer(column) else 1)

@@ -10,7 +10,7 @@ An arm is (model, proposer, task, temperature, rule, budget, batch size). It fai
   band is two-sided on purpose: an unexplained jump is as suspicious as a drop (a change in pass
   accounting, a stale baseline) and is resolved by refreshing the baseline. Pass counts are
   deterministic, so their band is narrow; wall time is noisy, so its band is wide, and the wall
-  figure compared leaves out the rows another process slowed (`harness.summary.wall_disturbed`:
+  figure compared leaves out the rows another process slowed (`harness.runs.summary.wall_disturbed`:
   one such row can move a ratio of sums further than the band; the check's `allowed` says how many
   rows of the run were left out);
 - `accuracy` < the Wilson lower bound of the baseline's accuracy (its k correct of n at `z`): a
@@ -20,9 +20,9 @@ An arm is (model, proposer, task, temperature, rule, budget, batch size). It fai
 Arms of the run without a baseline arm are only checked for exactness.
 
 Before any check, both sides must be trustworthy and comparable: a run directory is verified
-(`harness.store`: a damaged one is refused, naming the damage), a summary.parquet inside a run
+(`harness.runs.verify`: a damaged one is refused, naming the damage), a summary.parquet inside a run
 directory is read as that run (so its status counts), a bare one must carry the run metadata
-`harness.results` writes into it, and the two runs' settings that change results (`harness.configs`:
+`harness.runs.run_dir` writes into it, and the two runs' settings that change results (`harness.runs.configs`:
 limit, split, seeds, lengths, precision, checkpoint and data bytes) must agree, unless the caller
 allows the difference (then it is a warning).
 """
@@ -79,15 +79,17 @@ def load_summary(path: str | Path) -> Summary:
     """A run directory's summary (verified first), or a bare summary.parquet with its metadata."""
     import json
 
-    from harness import store
-    from harness.results import SCHEMA_VERSION, SUMMARY_METADATA, RunDir
+    from harness.runs.damage import damage_message
+    from harness.runs.files import read_parquet
+    from harness.runs.run_dir import RunDir
+    from harness.runs.schema import SCHEMA_VERSION, SUMMARY_METADATA
 
     path = Path(path)
     if path.is_file() and (path.parent / "manifest.json").is_file():
         path = path.parent  # a run's own summary: the run's status and checks apply
     if path.is_file():
         try:
-            table = store.read_parquet(path)
+            table = read_parquet(path)
         except Exception as error:  # noqa: BLE001 - pyarrow raises several types for a file that is not Parquet
             raise UserError(f"cannot read summary {path}: {str(error).splitlines()[0]}") from None
         raw = (table.schema.metadata or {}).get(SUMMARY_METADATA)
@@ -110,15 +112,15 @@ def load_summary(path: str | Path) -> Summary:
     manifest = run.manifest()
     damage = run.verify().damage
     if damage:
-        raise UserError(store.damage_message(run.path, damage))
+        raise UserError(damage_message(run.path, damage))
     return Summary(run.read_summary().to_pylist(), manifest.get("status"), manifest, str(path))
 
 
 def check_digest(path: str | Path, expected: str) -> None:
-    """UserError unless `path` is a complete run directory whose digest (`harness.store.run_digest`) is
+    """UserError unless `path` is a complete run directory whose digest (`harness.runs.files.run_digest`) is
     `expected`: the baseline a release recorded, not an edited or another one under its name."""
-    from harness import store
-    from harness.results import RunDir
+    from harness.runs.files import MANIFEST_FILE, run_digest
+    from harness.runs.run_dir import RunDir
 
     want = expected.strip().lower().removeprefix("sha256:")
     if len(want) != 64 or any(c not in "0123456789abcdef" for c in want):
@@ -126,16 +128,16 @@ def check_digest(path: str | Path, expected: str) -> None:
             f"--baseline-digest {expected!r} is not a digest (64 hex digits, as spotbench run and verify print it)"
         )
     path = Path(path)
-    if path.is_file() and (path.parent / store.MANIFEST_FILE).is_file():
+    if path.is_file() and (path.parent / MANIFEST_FILE).is_file():
         path = path.parent
-    if not (path / store.MANIFEST_FILE).is_file():
+    if not (path / MANIFEST_FILE).is_file():
         raise UserError(
             f"--baseline-digest pins a run directory, and {path} is not one; give the baseline's run directory"
         )
     status = RunDir.existing(path).manifest().get("status")
     if status != "complete":
         raise UserError(f"baseline {path} is not a complete run (status {status}); a digest pins a finished run")
-    found = store.run_digest(path)
+    found = run_digest(path)
     if found != want:
         raise UserError(
             f"baseline {path} has digest {found}, not {want} (the one recorded for it): its manifest, "
@@ -145,7 +147,7 @@ def check_digest(path: str | Path, expected: str) -> None:
 
 def config_warning(run: Summary, baseline: Summary, allow: bool) -> str | None:
     """UserError when the runs differ in settings that change results; with `allow`, the warning."""
-    from harness.configs import result_differences
+    from harness.runs.configs import result_differences
 
     differences = result_differences(run.record, baseline.record)
     if not differences:
@@ -162,7 +164,7 @@ def config_warning(run: Summary, baseline: Summary, allow: bool) -> str | None:
 def gate(
     run: list[dict[str, Any]], baseline: list[dict[str, Any]], status: str | None, thresholds: Thresholds = Thresholds()
 ) -> list[Check]:
-    from harness.summary import SUMMARY_KEY
+    from harness.runs.summary import SUMMARY_KEY
 
     checks = []
     if status != "complete":

@@ -18,7 +18,7 @@ a new inode. What remains is a second write within the same clock tick as the ha
 why a file changed less than `RACY_S` before it is hashed is not cached (as git treats "racily
 clean" files), and bytes changed under the file system (bad storage), which no metadata shows:
 `spotbench verify` of a run directory hashes its own files every time for that reason
-(`harness.store`), and `SPOTBENCH_CACHE_DIR` pointed at an empty folder hashes every input afresh.
+(`harness.runs.verify`), and `SPOTBENCH_CACHE_DIR` pointed at an empty folder hashes every input afresh.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import store
+from harness.runs import files
 
 CACHE_FILE = "file-hashes.json"
 VERSION = 1
@@ -101,7 +101,7 @@ class HashCache:
         entry = self.new.get(name) or self.entries.get(name)
         if entry is not None and all(entry[field] == before[field] for field in STAT_FIELDS):
             return str(entry["sha256"])
-        digest = store.sha256_file(resolved)
+        digest = files.sha256_file(resolved)
         try:
             after = _stamp(os.stat(resolved))
         except OSError:  # gone while it was read: nothing to remember
@@ -117,13 +117,13 @@ class HashCache:
         folder cannot be written."""
         if self.path is None or not self.new:
             return
-        files = {name: e for name, e in _read(self.path).items() if os.path.exists(name)} | self.new
+        entries = {name: e for name, e in _read(self.path).items() if os.path.exists(name)} | self.new
         temp = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             handle, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.path.parent)
             with os.fdopen(handle, "w") as out:
-                json.dump({"version": VERSION, "files": files}, out, indent=1, sort_keys=True)
+                json.dump({"version": VERSION, "files": entries}, out, indent=1, sort_keys=True)
             os.replace(temp, self.path)
             temp = None
         except OSError:
@@ -132,4 +132,4 @@ class HashCache:
             if temp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(temp)
-        self.entries, self.new = files, {}
+        self.entries, self.new = entries, {}

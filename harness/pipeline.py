@@ -42,7 +42,7 @@ from harness.decoding.autoregressive import AR_RULE, ARConfig, ARProposer, ar_ge
 from harness.decoding.batch import Decoding
 from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN
 from harness.lossless import batch_difference, check_lossless, record_drift
-from harness.results import AUTO, Row
+from harness.runs.schema import AUTO, Row
 from harness.targets.ar import ARTarget
 from harness.targets.target import DLMTarget
 

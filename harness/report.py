@@ -4,7 +4,7 @@ Plots are drawn as SVG by hand rather than with a plotting library so the page h
 opens offline anywhere and stays small: speedup vs budget per proposer, histograms of transitions
 committed per pass, target passes per generated token, plus exactness and accuracy tables. Wall
 figures carry their 95% interval over prompts, and the rows another process slowed
-(`harness.summary.wall_disturbed`) are counted beside the wall speedup without them and listed.
+(`harness.runs.summary.wall_disturbed`) are counted beside the wall speedup without them and listed.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from typing import Any
 from harness.decoding.autoregressive import AR_RULE
 from harness.errors import UserError
 from harness.gate import wilson_interval
-from harness.results import AUTO, ROW_SCHEMA, RunDir
-from harness.store import damage_message
-from harness.summary import SUMMARY_KEY, pass_cost, wall_disturbed
+from harness.runs.damage import damage_message
+from harness.runs.run_dir import RunDir
+from harness.runs.schema import AUTO, ROW_SCHEMA
+from harness.runs.summary import SUMMARY_KEY, pass_cost, wall_disturbed
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 W, H, PAD = 360, 220, 42
@@ -277,7 +278,7 @@ def _auto_table(summary: list[dict]) -> str:
 
 
 def _disturbed_table(rows: list[dict]) -> str:
-    """Each row whose wall time `harness.summary.wall_disturbed` flags: its walls and its pass cost (time
+    """Each row whose wall time `harness.runs.summary.wall_disturbed` flags: its walls and its pass cost (time
     per target forward over its plain reference's) beside its arm's median."""
     flags = wall_disturbed(rows)
     if not any(flags):

@@ -4,7 +4,8 @@ fresh interpreter, which then reports which of the project's packages, and wheth
 
 And no two project modules import each other, directly or around a circle: the import graph is read
 statically from the sources, so an import inside a function or under `TYPE_CHECKING` counts (a lazy
-import hides a circle, it does not remove it)."""
+import hides a circle, it does not remove it). Inside the library, the run store (`harness.runs`) has
+floors of its own (`RUN_STORE_FLOORS`) and reads nothing of the library above it."""
 
 from __future__ import annotations
 
@@ -179,3 +180,63 @@ def test_the_cycle_finder_reports_a_two_module_cycle_even_through_a_lazy_import(
     graph = import_graph(tmp_path, ("harness",))
     assert graph["harness.c"] == {"harness.a", "harness.b"}
     assert import_cycles(graph) == [{"harness.a", "harness.b"}]
+
+
+RUN_STORE_FLOORS = (
+    ("harness.runs.schema", "harness.runs.configs", "harness.runs.files", "harness.runs.damage"),
+    ("harness.runs.index", "harness.runs.summary"),
+    ("harness.runs.verify",),
+    ("harness.runs.run_dir",),
+    ("harness.runs.lm_eval",),
+)
+"""The run store's modules, bottom floor first: a module imports only modules of the floors below its own."""
+RUN_STORE_READS = {"harness.errors", "harness.bootstrap", "harness.versions"}
+"""What the run store imports of the library outside it (the pipeline, report and gate sit above it)."""
+
+
+def upward_imports(
+    graph: dict[str, set[str]], floors: tuple[tuple[str, ...], ...], package: str, reads: set[str]
+) -> list[str]:
+    """`importer -> imported` for each import of a module of `package` that is not of a lower floor
+    (nor, outside `package`, one of `reads`), and each module of `package` no floor lists."""
+    floor = {module: level for level, members in enumerate(floors) for module in members}
+    members = [m for m in graph if m.startswith(package + ".")]
+    found = [f"{m} is on no floor" for m in members if m not in floor]
+    for module in members:
+        for imported in sorted(graph[module]):
+            inside = imported.startswith(package + ".")
+            if (inside and floor.get(imported, len(floors)) >= floor.get(module, -1)) or (
+                not inside and imported not in reads and imported.split(".")[0] == package.split(".")[0]
+            ):
+                found.append(f"{module} -> {imported}")
+    return found
+
+
+def test_the_run_store_imports_only_downward() -> None:
+    package_init = "harness.runs"
+    graph = {m: deps - {package_init} for m, deps in import_graph(ROOT, ("harness",)).items() if m != package_init}
+    assert not upward_imports(graph, RUN_STORE_FLOORS, package_init, RUN_STORE_READS)
+
+
+def test_the_floor_check_reports_an_upward_a_sideways_and_an_outside_import() -> None:
+    """Negative control on a made-up graph: verify reading run_dir (up), files reading damage (same
+    floor), summary reading the pipeline (outside the store, not allowed) and a module on no floor."""
+    graph = {
+        "harness.runs.files": {"harness.runs.damage"},
+        "harness.runs.damage": set(),
+        "harness.runs.verify": {"harness.runs.run_dir", "harness.runs.files", "harness.errors"},
+        "harness.runs.run_dir": {"harness.runs.verify"},
+        "harness.runs.summary": {"harness.pipeline", "harness.bootstrap"},
+        "harness.runs.stray": set(),
+    }
+    floors = (
+        ("harness.runs.files", "harness.runs.damage", "harness.runs.summary"),
+        ("harness.runs.verify",),
+        ("harness.runs.run_dir",),
+    )
+    assert sorted(upward_imports(graph, floors, "harness.runs", {"harness.errors", "harness.bootstrap"})) == [
+        "harness.runs.files -> harness.runs.damage",
+        "harness.runs.stray is on no floor",
+        "harness.runs.summary -> harness.pipeline",
+        "harness.runs.verify -> harness.runs.run_dir",
+    ]

@@ -19,9 +19,9 @@ from torch.optim.swa_utils import AveragedModel
 from tqdm import tqdm
 
 from harness.errors import UserError
-from harness.results import git_revision
 from harness.targets.target import DLMTarget
 from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
+from harness.versions import git_revision
 from proposers.spot.collection import ChunkMap, Job, Views, collect_all, collected, collection_of, held_out
 from proposers.spot.network import CONFIG_FILE, SpotConfig, SpotEnsemble, SpotNet, joint_logp, load_spot, save_spot
 from proposers.spot.recipe import SpotRecipe

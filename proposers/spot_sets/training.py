@@ -22,7 +22,6 @@ from tqdm import tqdm
 
 from harness.errors import UserError
 from harness.recipes import load_recipe
-from harness.results import git_revision
 from harness.targets.target import DLMTarget
 from harness.training.loop import optimizer_step, save_state, warmup_cosine
 from harness.validation import (
@@ -37,6 +36,7 @@ from harness.validation import (
     Text,
     Texts,
 )
+from harness.versions import git_revision
 from proposers.spot.collection import ChunkMap, Job, collected, held_out
 from proposers.spot.features import CONFIDENCE, LOG_ODDS, MASKED, TOP
 from proposers.spot.network import CONFIG_FILE as SPOT_CONFIG_FILE

@@ -103,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from harness.decoding import parse_rule
-    from harness.results import git_revision
     from harness.targets.families import FAMILIES
     from harness.targets.registry import check_lengths_for, load_dlm_target
+    from harness.versions import git_revision
     from proposers.spiffy.draft_graph import SpiffyCalibration, calibrate
 
     torch.set_num_threads(1)

@@ -69,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
     from cluster.evaluate import Evaluator, Unit
     from cluster.suite import build_suite, check_storable
     from harness.errors import UserError
-    from harness.results import ROW_SCHEMA
-    from harness.summary import summarize
+    from harness.runs.schema import ROW_SCHEMA
+    from harness.runs.summary import summarize
     from harness.validation import NonNegativeInt, check_value
 
     # one value each: a list of one, so that a comma is not read as a second value

@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from harness.report import write_report
-    from harness.results import RunDir
+    from harness.runs.run_dir import RunDir
 
     print(write_report(RunDir.existing(args.run_dir)))
     return 0

@@ -2,7 +2,7 @@
 
 With no arguments it runs the embedded default suite (`cluster.suite.Suite`). A completed run
 directory holds the manifest, the per-sample files, summary.parquet, results.json (lm-eval's shape:
-`harness.lm_eval_results`) and report.html. Re-running the same
+`harness.runs.lm_eval`) and report.html. Re-running the same
 command resumes: finished groups are skipped. Exit status: 0 when the run completes, 2 for bad input
 (unknown name, malformed YAML, an output directory of a different config, no Ray cluster at
 --address), 130 when interrupted. Correctness verdicts are the gate's job (`spotbench gate`), not this command's.
@@ -84,9 +84,9 @@ def run(args: argparse.Namespace) -> int:
 
     from cluster.runner import run_suite
     from cluster.suite import build_suite, check_prompts_fit, check_storable, load_suite
-    from harness.lm_eval_results import write_results_json
     from harness.report import write_report
-    from harness.store import run_digest
+    from harness.runs.files import run_digest
+    from harness.runs.lm_eval import write_results_json
     from tasks.registry import check_scorers
 
     settings = load_suite(args.suite) if args.suite else {}
@@ -208,7 +208,7 @@ FIELDS = {
 def render_summary(rows: list[dict], columns: list[tuple[str, str]] = COLUMNS) -> str:
     """The summary as an aligned text table (one line per arm; an `auto` budget shows as auto:CHOSEN, the
     budgets its workers chose)."""
-    from harness.results import AUTO
+    from harness.runs.schema import AUTO
 
     cells = [[name.strip() for name, _ in columns]]
     for row in sorted(rows, key=lambda r: [r[k] for k in ("model", "task", "temperature", "rule", "batch_size")]):

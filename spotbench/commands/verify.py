@@ -1,5 +1,5 @@
 """`spotbench verify RUN_DIR`: check every sample file of a run against its index, its own rows and the
-manifest, and a complete run's summary against its rows (`harness.store`).
+manifest, and a complete run's summary against its rows (`harness.runs.verify`).
 
 Exit status: 0 when every file is intact (one summary line and, for a complete run, its digest), 1
 with one line per damaged, missing, misfiled or duplicated file or record, 2 for bad input (not a
@@ -19,8 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.results import RunDir
-    from harness.store import run_digest
+    from harness.runs.files import run_digest
+    from harness.runs.run_dir import RunDir
 
     directory = RunDir.existing(args.run_dir)
     verification = directory.verify()

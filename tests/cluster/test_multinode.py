@@ -8,7 +8,7 @@ from ray.cluster_utils import Cluster
 
 from cluster.runner import ClusterLost, run_suite
 from cluster.suite import Suite
-from harness.results import KEY_FIELDS
+from harness.runs.schema import KEY_FIELDS
 
 pytestmark = pytest.mark.slow  # Ray clusters and processes: CI runs it, the fast lane skips it
 

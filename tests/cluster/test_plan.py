@@ -3,7 +3,7 @@
 from cluster.evaluate import Evaluator, Unit
 from cluster.runner import chunks, plan
 from cluster.suite import Suite
-from harness.results import RunDir
+from harness.runs.run_dir import RunDir
 from tasks.registry import get_task
 
 SUITE = Suite(

@@ -28,7 +28,7 @@ def test_every_checkpoint_a_run_reads_is_hashed_into_its_inputs(tmp_path) -> Non
 
     from cluster.provenance import run_inputs
     from cluster.suite import Suite
-    from harness.configs import result_differences
+    from harness.runs.configs import result_differences
     from harness.targets.zoo import model_dir
 
     inputs = run_inputs(Suite())
@@ -64,18 +64,19 @@ def test_a_second_start_reads_no_unchanged_checkpoint(tmp_path, monkeypatch) -> 
     and are the same as read afresh."""
     from cluster.provenance import run_inputs
     from cluster.suite import Suite
-    from harness import hash_cache, store
+    from harness import hash_cache
+    from harness.runs import files
 
     monkeypatch.setenv("SPOTBENCH_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(hash_cache, "RACY_S", 0.0)  # a checkout made moments ago counts as old
     reads = []
-    hash_file = store.sha256_file
+    hash_file = files.sha256_file
 
     def counting(path):
         reads.append(path)
         return hash_file(path)
 
-    monkeypatch.setattr(store, "sha256_file", counting)
+    monkeypatch.setattr(files, "sha256_file", counting)
     first = run_inputs(Suite())
     assert reads  # the zoo's sdar-a and spot files, read once
     reads.clear()

@@ -10,7 +10,7 @@ import ray
 
 from cluster.runner import room_for, run_suite
 from cluster.suite import Suite
-from harness.results import KEY_FIELDS
+from harness.runs.schema import KEY_FIELDS
 
 SUITE = Suite(
     models=("tiny-random:sdar",),

@@ -17,8 +17,9 @@ from harness.decoding.autoregressive import ARDraftRequest, DraftForwards
 from harness.gate import gate
 from harness.pipeline import Arm, Group, evaluate_group
 from harness.report import render_report
-from harness.results import ROW_SCHEMA, Row, RunDir
-from harness.summary import summarize
+from harness.runs.run_dir import RunDir
+from harness.runs.schema import ROW_SCHEMA, Row
+from harness.runs.summary import summarize
 from harness.targets.registry import load_target
 from proposers.baselines.prompt_lookup import PromptLookupProposer
 from tasks.registry import get_task

@@ -8,7 +8,8 @@ import pytest
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
 from harness.gate import Check, Thresholds, gate, render, wilson_interval
-from harness.results import SCHEMA_VERSION, SUMMARY_METADATA, Row, RunDir, group_id
+from harness.runs.run_dir import RunDir
+from harness.runs.schema import SCHEMA_VERSION, SUMMARY_METADATA, Row, group_id
 from spotbench.cli import main
 from tasks.registry import get_task
 

@@ -7,8 +7,9 @@ import os
 
 import pytest
 
-from harness import hash_cache, store
+from harness import hash_cache
 from harness.hash_cache import CACHE_FILE, HashCache, cache_path
+from harness.runs import files
 
 OLD_NS = 1_600_000_000 * 10**9  # mtime of a file written long ago
 
@@ -17,13 +18,13 @@ OLD_NS = 1_600_000_000 * 10**9  # mtime of a file written long ago
 def reads(monkeypatch) -> list:
     """Every file the cache reads to hash it, in order."""
     seen: list = []
-    hash_file = store.sha256_file
+    hash_file = files.sha256_file
 
     def counting(path):
         seen.append(path)
         return hash_file(path)
 
-    monkeypatch.setattr(store, "sha256_file", counting)
+    monkeypatch.setattr(files, "sha256_file", counting)
     monkeypatch.setattr(hash_cache, "RACY_S", 0.0)  # ctime cannot be set back: files written here count as old
     return seen
 

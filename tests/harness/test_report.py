@@ -8,7 +8,8 @@ import pytest
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
 from harness.report import render_report
-from harness.results import Row, RunDir, group_id
+from harness.runs.run_dir import RunDir
+from harness.runs.schema import Row, group_id
 from spotbench.cli import main
 from tasks.registry import get_task
 

@@ -341,7 +341,7 @@ CASES = {
     "gate-z-negative": Case(["gate", "run", "--baseline", "run", "--z", "-3"], "--z must be a finite number >= 0"),
     "gate-band-negative": Case(["gate", "run", "--baseline", "run", "--nfe-band", "-0.1"], "--nfe-band must be"),
     "gate-wall-band-inf": Case(["gate", "run", "--baseline", "run", "--wall-band", "inf"], "--wall-band must be"),
-    # run stores given to gate and report (their checks: harness/gate.py, harness/store.py)
+    # run stores given to gate and report (their checks: harness/gate.py, harness/runs/verify.py)
     "gate-foreign-parquet": Case(
         ["gate", "other.parquet", "--baseline", "other.parquet"], "other.parquet", {"other.parquet": foreign_parquet()}
     ),

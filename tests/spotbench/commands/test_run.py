@@ -4,7 +4,7 @@ import pytest
 
 from cluster.suite import Suite, build_suite, load_suite
 from harness.errors import UserError
-from harness.results import RunDir
+from harness.runs.run_dir import RunDir
 from spotbench.cli import main
 
 SUITES = Path(__file__).resolve().parents[3] / "suites"
@@ -96,8 +96,8 @@ def test_the_transfer_view_shows_learned_arms_against_the_best_baseline_and_the_
     import pyarrow as pa
 
     from cluster.evaluate import Evaluator, Unit
-    from harness.results import ROW_SCHEMA
-    from harness.summary import summarize
+    from harness.runs.schema import ROW_SCHEMA
+    from harness.runs.summary import summarize
     from spotbench.commands.run import TRANSFER_COLUMNS, render_summary
     from tasks.registry import get_task
 

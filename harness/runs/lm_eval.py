@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.results import SCHEMA_VERSION, RunDir
+from harness.runs.run_dir import RunDir
+from harness.runs.schema import SCHEMA_VERSION
 
 FILE = "results.json"
 FILTER = "none"

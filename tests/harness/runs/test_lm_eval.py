@@ -13,8 +13,8 @@ import pytest
 
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
-from harness.lm_eval_results import FILE, write_results_json
-from harness.results import RunDir
+from harness.runs.lm_eval import FILE, write_results_json
+from harness.runs.run_dir import RunDir
 from spotbench.cli import main
 from tasks.registry import get_task
 

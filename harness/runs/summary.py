@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from harness.bootstrap import disturbed, interval, resampled_quantile, resampled_speedups, versus_best
-from harness.schema import arrow_schema
+from harness.runs.schema import arrow_schema
 
 SUMMARY_KEY = ("model", "proposer", "task", "temperature", "rule", "budget", "batch_size")
 CELL_KEY = ("model", "task", "temperature", "rule", "budget", "batch_size")

@@ -18,14 +18,10 @@ the file itself. `verify` trusts a file only when
   group and arm; the summary's sha256 matches, and the summary equals the one recomputed from the
   rows, with the manifest's config, seeds and inputs in its metadata.
 
-What fails is a `Damage` (one line each, `spotbench verify`); a resumed run moves damaged files to
-`damaged/` and decodes their groups again, but refuses a run whose records disagree with rows that
-are sound on their own (`resume_refusal`), and `report` and `gate` refuse a damaged run.
-
+What fails is a `Damage` (`harness.runs.damage`, which says who recomputes it and who refuses it).
 These checks find accidental damage and inputs that do not match; a deliberate edit made
-consistently (rows, index and manifest together) passes them. `run_digest`, one sha256 over the
-manifest, the index, every sample file and the summary, pins a finished run against that: a release
-records it, and `spotbench gate --baseline-digest` refuses a baseline that is not the recorded one.
+consistently (rows, index and manifest together) passes them, and `harness.runs.files.run_digest`
+pins a finished run against that.
 """
 
 from __future__ import annotations
@@ -35,16 +31,17 @@ import hashlib
 import itertools
 import json
 import math
-import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from harness.schema import (
+from harness.runs.damage import Damage
+from harness.runs.files import INDEX_FILE, MANIFEST_FILE, SAMPLES_DIR, SUMMARY_FILE, read_parquet, sha256_file
+from harness.runs.index import read_index
+from harness.runs.schema import (
     AUTO,
     GROUP_FIELDS,
     KEY_FIELDS,
@@ -56,30 +53,8 @@ from harness.schema import (
     part_name,
 )
 
-INDEX_FILE = "index.jsonl"
-DAMAGED_DIR = "damaged"
-MANIFEST_FILE = "manifest.json"
-SUMMARY_FILE = "summary.parquet"
-SAMPLES_DIR = "samples"
 AR_RULE = "greedy"
 """The rule of autoregressive rows (`harness.decoding.autoregressive.AR_RULE`; a test keeps them equal)."""
-
-
-@dataclass(frozen=True)
-class Damage:
-    """One file that cannot be trusted (or is missing), with what is wrong and which group it held."""
-
-    file: str
-    """Relative to the run directory (`samples/<name>.parquet`, `index.jsonl`, `summary.parquet`)."""
-    problem: str
-    group: str | None = None
-    recomputable: bool = True
-    """A sample file or an index line: a resumed run moves it aside and decodes its group again. False:
-    the run's records (manifest, index, summary) disagree with rows that are sound on their own, and
-    nothing tells which side is right, so a resumed run refuses (`resume_refusal`)."""
-
-    def line(self) -> str:
-        return f"{self.file}{f' ({self.group})' if self.group else ''}: {self.problem}"
 
 
 @dataclass
@@ -103,72 +78,6 @@ class Verification:
     def rows(self, schema: pa.Schema) -> pa.Table:
         tables = [self.parts[name] for name in sorted(self.parts)]
         return pa.concat_tables(tables) if tables else schema.empty_table()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_parquet(table: pa.Table, final: Path) -> str:
-    """Write `table` with page checksums to a temp file, rename it into place; its sha256."""
-    temp = final.with_name(f".tmp-{final.name}-{os.getpid()}")
-    pq.write_table(table, temp, write_page_checksum=True)
-    digest = sha256_file(temp)
-    os.replace(temp, final)
-    return digest
-
-
-def read_parquet(source: Path | bytes) -> pa.Table:
-    """Read with page checksums verified (a flipped bit in a data page raises, not a wrong number).
-
-    Bytes are read from a copy in memory Arrow owns, never from the Python object: Arrow reads on its
-    own threads, and when a read fails (a truncated or flipped file) one of them can drop the last
-    reference to its source after the error has reached Python. A source backed by a Python object
-    then takes the GIL in its destructor; if the interpreter is already exiting, Python ends that
-    thread inside the C++ destructor, and the process aborts (`terminate called without an active
-    exception`, exit 134) after the command has said its line."""
-    if isinstance(source, bytes):
-        owned = pa.BufferOutputStream()
-        owned.write(source)
-        return pq.read_table(pa.BufferReader(owned.getvalue()), page_checksum_verification=True)
-    return pq.read_table(source, page_checksum_verification=True)
-
-
-def append_index(directory: Path, record: dict[str, Any]) -> None:
-    """One line, one write, after the file it names is in place: a killed driver leaves at worst a
-    file the index does not list (verified as foreign, so decoded again), never a listed ghost."""
-    line = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
-    fd = os.open(directory / INDEX_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
-
-
-def read_index(directory: Path) -> tuple[dict[str, dict[str, Any]], list[Damage]]:
-    """The latest entry per file (a `removed` record drops it) and any unreadable line."""
-    entries: dict[str, dict[str, Any]] = {}
-    damage = []
-    path = directory / INDEX_FILE
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.exists() else []
-    for number, text in enumerate(lines, 1):
-        try:
-            record = json.loads(text)
-            name = record["file"]
-            if "removed" not in record:
-                _check_entry(record)
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            damage.append(Damage(INDEX_FILE, f"line {number} is not an index record (cut short or edited)"))
-            continue
-        if "removed" in record:
-            entries.pop(name, None)
-        else:
-            entries[name] = record
-    return entries, damage
 
 
 def verify(directory: Path) -> Verification:
@@ -217,22 +126,6 @@ def verify(directory: Path) -> Verification:
     return result
 
 
-def run_digest(directory: Path) -> str:
-    """One sha256 that pins a run directory's record: over the sha256 of `manifest.json`, `index.jsonl`,
-    every sample file and `summary.parquet`, listed as `sha256sum` lists them, so that anyone can
-    recompute it: `cd RUN && LC_ALL=C sha256sum manifest.json index.jsonl samples/*.parquet
-    summary.parquet | sha256sum`."""
-    directory = Path(directory)
-    samples = directory / SAMPLES_DIR
-    names = [
-        MANIFEST_FILE,
-        INDEX_FILE,
-        *sorted(f"{SAMPLES_DIR}/{p.name}" for p in samples.glob("*.parquet")),
-        SUMMARY_FILE,
-    ]
-    listing = "".join(f"{sha256_file(directory / name)}  {name}\n" for name in names if (directory / name).is_file())
-    return hashlib.sha256(listing.encode()).hexdigest()
-
 
 def _manifest(directory: Path) -> dict[str, Any]:
     try:
@@ -240,19 +133,6 @@ def _manifest(directory: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def _check_entry(record: dict[str, Any]) -> None:
-    """An index record has the fields verify reads, of their types (ValueError/KeyError if not)."""
-    if not (
-        isinstance(record["group"], str)
-        and isinstance(record["label"], str)
-        and isinstance(record["sha256"], str)
-        and isinstance(record["rows"], int)
-        and isinstance(record["arms"], list)
-        and all(isinstance(a, list) and len(a) == 2 for a in record["arms"])
-    ):
-        raise ValueError("not an index record")
 
 
 def _content_problem(data: bytes, schema: pa.Schema, version: int) -> tuple[str | None, pa.Table | None]:
@@ -462,7 +342,7 @@ def _coverage_problems(manifest: dict[str, Any], result: Verification, rows: pa.
 
 def _summary_problems(summary: Path, manifest: dict[str, Any], rows: pa.Table) -> list[Damage]:
     """The summary is the one its rows give, and says the run it summarizes is this one."""
-    from harness.summary import SUMMARY_KEY, summarize
+    from harness.runs.summary import SUMMARY_KEY, summarize
 
     table = read_parquet(summary)
     recorded = json.loads((table.schema.metadata or {}).get(SUMMARY_METADATA, b"{}"))
@@ -516,63 +396,3 @@ def _arms(arms: list[tuple[str, int]]) -> str:
     return ", ".join(f"{p}@{b}" for p, b in arms)
 
 
-def quarantine(directory: Path, damage: list[Damage]) -> None:
-    """Move damaged sample files to `damaged/` (kept for inspection, never read) and drop their index
-    entries, so a resumed run decodes their groups again; rewrite a damaged index without bad lines."""
-    directory = Path(directory)
-    entries, index_damage = read_index(directory)
-    for item in damage:
-        if not item.file.startswith(f"{SAMPLES_DIR}/"):
-            continue
-        name = item.file.removeprefix(f"{SAMPLES_DIR}/")
-        source = directory / SAMPLES_DIR / name
-        if source.exists():
-            (directory / DAMAGED_DIR).mkdir(exist_ok=True)
-            os.replace(source, directory / DAMAGED_DIR / f"{name}.{len(list((directory / DAMAGED_DIR).iterdir()))}")
-        if name in entries:
-            append_index(directory, {"file": name, "removed": item.problem})
-            del entries[name]
-    if index_damage:
-        temp = directory / f".tmp-{INDEX_FILE}"
-        temp.write_text(
-            "".join(json.dumps(e, sort_keys=True, separators=(",", ":")) + "\n" for e in entries.values()),
-            encoding="utf-8",
-        )
-        os.replace(temp, directory / INDEX_FILE)
-
-
-RESTORE = "restore the run directory from a copy, or run into a new output directory"
-"""The way out of records that disagree with the rows (a resumed run cannot rebuild them)."""
-
-
-def damage_message(directory: Path, damage: list[Damage]) -> str:
-    """One line for commands that refuse a damaged run (report, gate)."""
-    records = [d for d in damage if not d.recomputable]
-    first = (records or damage)[0]
-    more = f" and {len(damage) - 1} more" if len(damage) > 1 else ""
-    way_out = (
-        f"its records disagree with its rows: {RESTORE}"
-        if records
-        else "re-running the run's command recomputes damaged groups"
-    )
-    return (
-        f"{directory} is damaged: {first.line()}{more}; `spotbench verify {directory}` lists every problem, and "
-        f"{way_out}"
-    )
-
-
-def resume_refusal(directory: Path, damage: list[Damage]) -> str | None:
-    """The line that refuses to resume a run whose records disagree with its rows (None: resumable).
-
-    Damaged sample files are moved aside and their groups decoded again; but rows that are sound on
-    their own and disagree with the summary, the index or the manifest (a row edited and its index
-    line updated, the summary left as it was) cannot be told apart from a damaged record, and a
-    resumed run would rebuild the summary from them, after which `verify` would pass."""
-    records = [d for d in damage if not d.recomputable]
-    if not records:
-        return None
-    more = f" and {len(damage) - 1} more" if len(damage) > 1 else ""
-    return (
-        f"{directory} cannot be resumed: {records[0].line()}{more}; its records disagree with its rows, and "
-        f"rebuilding from the rows would hide it: {RESTORE} (`spotbench verify {directory}` lists every problem)"
-    )

@@ -1,7 +1,7 @@
 """The versioned results schema of a run directory: one row per arm, its key and the file names.
 
-Shared by the writer and reader of run directories (`harness.results`), their integrity checks
-(`harness.store`) and the summary (`harness.summary`), which import it and not each other. Changing
+Shared by the writer and reader of run directories (`harness.runs.run_dir`), their integrity checks
+(`harness.runs.verify`) and the summary (`harness.runs.summary`). Changing
 a column, a key or a file name means a new `SCHEMA_VERSION`; directories of another version are
 refused rather than mixed.
 """

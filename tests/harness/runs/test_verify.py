@@ -16,10 +16,11 @@ import pytest
 
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
-from harness import store
 from harness.errors import UserError
-from harness.results import ROW_SCHEMA, SCHEMA_VERSION, RunDir
-from harness.store import INDEX_FILE, read_parquet, run_digest, sha256_file
+from harness.runs.run_dir import RunDir
+from harness.runs.schema import ROW_SCHEMA, SCHEMA_VERSION
+from harness.runs.files import INDEX_FILE, read_parquet, run_digest, sha256_file, write_parquet
+from harness.runs.verify import AR_RULE as RUN_AR_RULE
 from spotbench.cli import main
 from tasks.registry import get_task
 
@@ -248,7 +249,7 @@ def test_a_deliberate_consistent_edit_passes_verify_and_only_the_digest_refuses_
     shutil.copytree(clean.path, run.path)
     first = sorted(run.samples_dir.glob("*.parquet"))[0]
     table = read_parquet(first)
-    store.write_parquet(
+    write_parquet(
         table.set_column(
             table.schema.get_field_index("spec_wall_s"),
             "spec_wall_s",
@@ -362,28 +363,7 @@ def test_page_checksums_are_written_and_checked_on_read(clean, tmp_path) -> None
 def test_the_rule_of_autoregressive_rows_is_the_decoders() -> None:
     from harness.decoding.autoregressive import AR_RULE
 
-    assert store.AR_RULE == AR_RULE
-
-
-def test_results_store_and_summary_share_the_schema_module_without_importing_each_other() -> None:
-    """harness.schema is imported by all three; store and summary import neither results nor each other
-    at module level (store reads the summary module only inside a check)."""
-    import ast
-    import inspect
-
-    import harness.schema
-    import harness.store
-    import harness.summary
-
-    for module, forbidden in (
-        (harness.store, {"harness.results"}),
-        (harness.summary, {"harness.results", "harness.store"}),
-        (harness.schema, {"harness.results", "harness.store", "harness.summary"}),
-    ):
-        tree = ast.parse(inspect.getsource(module))
-        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-        assert not imported & forbidden, (module.__name__, imported & forbidden)
+    assert RUN_AR_RULE == AR_RULE
 
 
 def _half_done_edit(run: RunDir) -> None:
@@ -392,7 +372,7 @@ def _half_done_edit(run: RunDir) -> None:
     table = read_parquet(first)
     column = table.schema.get_field_index("spec_nfe")
     edited = [n + (i == 0) for i, n in enumerate(table.column("spec_nfe").to_pylist())]
-    store.write_parquet(table.set_column(column, table.schema.field(column), pa.array(edited, pa.int64())), first)
+    write_parquet(table.set_column(column, table.schema.field(column), pa.array(edited, pa.int64())), first)
     _forge_index(run, first.name, sha256=sha256_file(first))
 
 

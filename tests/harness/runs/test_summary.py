@@ -12,8 +12,8 @@ import torch
 
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
-from harness.results import ROW_SCHEMA
-from harness.summary import percentiles, summarize, wall_disturbed
+from harness.runs.schema import ROW_SCHEMA
+from harness.runs.summary import percentiles, summarize, wall_disturbed
 from proposers.spot.network import SpotConfig, SpotNet, save_spot
 from tasks.registry import get_task
 

@@ -1,4 +1,4 @@
-"""Run directories: the versioned results schema, checked per-sample files, the summary, the manifest.
+"""`RunDir`: writes and reads a run directory: its manifest, its checked per-sample files, its summary.
 
 A run directory (DESIGN.md section 5) holds
 
@@ -12,15 +12,15 @@ A run directory (DESIGN.md section 5) holds
   compares arms timed on the same worker); a run extended with more proposers or budgets adds a
   second file for the new arms of each finished group instead of decoding the group again. Files
   are written with Parquet page checksums to a temporary name and renamed (atomic on POSIX), never
-  rewritten, and listed with their sha256 in `index.jsonl` (`harness.store`, which also verifies);
+  rewritten, and listed with their sha256 in `index.jsonl` (`harness.runs.index`; `harness.runs.verify` verifies);
 - `summary.parquet`: one row per (model, proposer, task, temperature, rule, budget), over samples
-  and seeds (`harness.summary`), written when the run completes, with the run's config and status
+  and seeds (`harness.runs.summary`), written when the run completes, with the run's config and status
   in its Parquet metadata so a summary copied on its own still says what it summarizes.
 
-Re-opening a directory resumes it, or extends it when the config only grows (`harness.configs`);
+Re-opening a directory resumes it, or extends it when the config only grows (`harness.runs.configs`);
 any other config, another schema version or other checkpoint/data bytes are refused, because rows of
 two configs must never be mixed, and so is a run whose records disagree with its rows
-(`harness.store.resume_refusal`). Settings that do not change results (workers, Ray address) are not
+(`harness.runs.damage.resume_refusal`). Settings that do not change results (workers, Ray address) are not
 part of the config.
 """
 
@@ -40,30 +40,30 @@ from typing import Any
 
 import pyarrow as pa
 
-from harness import configs, store
 from harness.errors import UserError
-from harness.schema import (  # noqa: F401 (re-exported)
-    AUTO,
+from harness.runs import configs
+from harness.runs.damage import damage_message, resume_refusal
+from harness.runs.files import read_parquet, write_parquet
+from harness.runs.index import append_index, quarantine
+from harness.runs.schema import (
     GROUP_FIELDS,
-    KEY_FIELDS,
     ROW_SCHEMA,
     SCHEMA_VERSION,
     STATUSES,
     SUMMARY_METADATA,
     Row,
-    arrow_schema,
     group_id,
     group_label,
     part_name,
 )
-
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+from harness.runs.verify import Verification, verify
+from harness.versions import git_revision, package_versions
 
 
 @dataclass
 class RunDir:
     path: Path
-    _verified: store.Verification | None = field(default=None, repr=False, compare=False)
+    _verified: Verification | None = field(default=None, repr=False, compare=False)
     """What `check` verified, handed to the next `verify` call (nothing is written between them)."""
 
     @property
@@ -98,7 +98,7 @@ class RunDir:
         path: str | Path,
         config: dict[str, Any],
         inputs: dict[str, Any] | None = None,
-        verification: store.Verification | None = None,
+        verification: Verification | None = None,
     ) -> RunDir:
         """Refuse (UserError) a directory that `open` would refuse, without writing anything: another
         schema version or config, other input bytes, a foreign or unwritable directory, and a run whose
@@ -125,8 +125,8 @@ class RunDir:
                     f"{path} was run with other bytes of the same inputs ({', '.join(changed)}); rows "
                     "of both would mix: restore them or use a new output directory"
                 )
-            verified = verification or store.verify(run.path)
-            refusal = store.resume_refusal(run.path, verified.damage)
+            verified = verification or verify(run.path)
+            refusal = resume_refusal(run.path, verified.damage)
             if refusal:
                 raise UserError(refusal)
             run._verified = None if verification else verified
@@ -144,13 +144,13 @@ class RunDir:
         hardware: dict[str, Any] | None = None,
         inputs: dict[str, Any] | None = None,
         command: list[str] | None = None,
-        verification: store.Verification | None = None,
+        verification: Verification | None = None,
         split_sizes: dict[str, int] | None = None,
     ) -> RunDir:
         """Create the run directory, or resume (or extend) the run it holds: damaged sample files
         (`verification`, else verified here) move to `damaged/` so their groups are decoded again.
         `split_sizes`: the prompts in each task's split (before the limit), so that a complete run says
-        how many prompts its config plans (`harness.store` checks its rows against them)."""
+        how many prompts its config plans (`harness.runs.verify` checks its rows against them)."""
         run = cls.check(path, config, inputs, verification)
         session = {"started": _now(), "command": command}
         if run.manifest_path.exists():
@@ -161,7 +161,7 @@ class RunDir:
             if "limit" in extended and not configs.limit_adds_prompts(*extended["limit"], config.get("tasks"), sizes):
                 extended = {k: v for k, v in extended.items() if k != "limit"}  # past every split's end: no change
                 config = config | {"limit": manifest["config"]["limit"]}
-            store.quarantine(run.path, damage)
+            quarantine(run.path, damage)
             history = manifest.get("config_history", [])
             if extended:
                 history.append({"at": _now(), "changes": {k: list(v) for k, v in extended.items()}})
@@ -234,10 +234,10 @@ class RunDir:
         sessions[-1] |= stats | {"finished": _now(), "status": status, "error": error}
         self.update_manifest(status=status, error=error, sessions=sessions, resumes=len(sessions) - 1)
 
-    def verify(self) -> store.Verification:
-        """`harness.store.verify` of the directory; right after `check`, the verification it made."""
+    def verify(self) -> Verification:
+        """`harness.runs.verify.verify` of the directory; right after `check`, the verification it made."""
         verified, self._verified = self._verified, None
-        return verified or store.verify(self.path)
+        return verified or verify(self.path)
 
     def write_group(self, rows: list[Row]) -> bool:
         """Write one group's rows (one per arm) atomically and index them; False (and nothing
@@ -253,8 +253,8 @@ class RunDir:
         final = self.samples_dir / part_name(group, arms)
         if final.exists():
             return False
-        digest = store.write_parquet(pa.Table.from_pylist(records, schema=ROW_SCHEMA), final)
-        store.append_index(
+        digest = write_parquet(pa.Table.from_pylist(records, schema=ROW_SCHEMA), final)
+        append_index(
             self.path,
             {
                 "file": final.name,
@@ -272,13 +272,13 @@ class RunDir:
         """Every row of the run, each once; UserError naming the damage if any file fails `verify`."""
         verification = self.verify()
         if verification.damage:
-            raise UserError(store.damage_message(self.path, verification.damage))
+            raise UserError(damage_message(self.path, verification.damage))
         return verification.rows(ROW_SCHEMA)
 
     def write_summary(self) -> pa.Table:
         """Summarize the verified rows into summary.parquet, with the run's config in its metadata,
         and record its sha256 and the run's size (groups, rows) in the manifest."""
-        from harness.summary import summarize
+        from harness.runs.summary import summarize
 
         rows = self.read_rows()
         manifest = self.manifest()
@@ -292,7 +292,7 @@ class RunDir:
         table = table.replace_schema_metadata(
             (table.schema.metadata or {}) | {SUMMARY_METADATA: json.dumps(provenance, sort_keys=True).encode()}
         )
-        digest = store.write_parquet(table, self.summary_path)
+        digest = write_parquet(table, self.summary_path)
         groups = len({group_id(r) for r in rows.select(list(GROUP_FIELDS)).to_pylist()})
         self.update_manifest(summary_sha256=digest, groups=groups, rows=rows.num_rows)
         return table
@@ -300,7 +300,7 @@ class RunDir:
     def read_summary(self) -> pa.Table:
         if not self.summary_path.exists():
             raise UserError(f"{self.path} has no summary.parquet (the run has not completed)")
-        return store.read_parquet(self.summary_path)
+        return read_parquet(self.summary_path)
 
     def _write_manifest(self, manifest: dict[str, Any]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -329,34 +329,6 @@ def check_writable(path: Path) -> None:
             f"cannot write the run directory {path}: {existing} is not writable "
             f"({error.strerror or error}); choose an output directory you can write"
         ) from None
-
-
-def git_revision() -> str | None:
-    """HEAD of the checkout spotbench runs from, `+dirty` when it has uncommitted changes."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=PROJECT_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head + ("+dirty" if dirty else "")
-
-
-def package_versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    for name in ("spotbench", "torch", "ray", "pyarrow", "transformers", "numpy"):
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
 
 
 def _now() -> str:
