@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
     from cluster.runner import run_suite
     from cluster.suite import build_suite, check_prompts_fit, check_storable, load_suite
-    from harness.report import write_report
+    from harness.reports.html import write_report
     from harness.runs.files import run_digest
     from harness.runs.lm_eval import write_results_json
     from tasks.registry import check_scorers

@@ -16,7 +16,7 @@ from cluster.suite import Suite
 from harness.decoding.autoregressive import ARDraftRequest, DraftForwards
 from harness.gate import gate
 from harness.pipeline import Arm, Group, evaluate_group
-from harness.report import render_report
+from harness.reports.html import render_report
 from harness.runs.run_dir import RunDir
 from harness.runs.schema import ROW_SCHEMA, Row
 from harness.runs.summary import summarize

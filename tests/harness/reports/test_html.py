@@ -7,7 +7,7 @@ import pytest
 
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
-from harness.report import render_report
+from harness.reports.html import render_report
 from harness.runs.run_dir import RunDir
 from harness.runs.schema import Row, group_id
 from spotbench.cli import main
