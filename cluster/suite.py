@@ -47,7 +47,7 @@ from harness.validation import (
 EXECUTION_FIELDS = ("workers", "gpus_per_worker")
 DEFAULT_BATCH_SIZE = 8
 """Prompts a worker decodes together by default: on the default job (2 CPU cores) the run's wall time
-falls with the batch up to about 8 (docs/throughput.md, "Batches"); larger batches pad more."""
+falls with the batch up to about 8 (docs/results/batches-cpu.md); larger batches pad more."""
 
 
 def _rule(text: str) -> str:

@@ -110,7 +110,7 @@ def test_a_clean_run_verifies_and_prints_the_digest_sha256sum_gives(clean, capsy
         "summary recomputed from the rows"
     )
     assert digest == f"digest {run_digest(clean.path)}"
-    # the recipe docs/runs.md gives, with coreutils: anyone can recompute the digest
+    # the recipe docs/run_directories.md gives, with coreutils: anyone can recompute the digest
     listing = subprocess.run(
         "LC_ALL=C sha256sum manifest.json index.jsonl samples/*.parquet summary.parquet",
         shell=True,
