@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cluster.runner import gpu_workers
 from cluster.suite import build_suite
+from cluster.workers import gpu_workers
 from harness.errors import UserError
 from spotbench.cli import main
 

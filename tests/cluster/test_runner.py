@@ -8,8 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from cluster.runner import room_for, run_suite
+from cluster.runner import run_suite
 from cluster.suite import Suite
+from cluster.workers import room_for
 from harness.runs.schema import KEY_FIELDS
 
 SUITE = Suite(
