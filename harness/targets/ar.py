@@ -9,7 +9,8 @@ Names (`is_ar_name` tells them from DLM names without loading anything):
   in code (like the DLMs' `tiny-random:<family>`): the fast test model;
 - a zoo name whose folder (`zoo/models/<name>/model`) is a causal LM, e.g. `ar-a`;
 - a local folder: a Hugging Face checkpoint whose config is a causal LM that is not one of the DLM
-  formats, or a folder holding one `.gguf` file (or that file's path).
+  formats, or a folder holding one `.gguf` file (or that file's path). Its weights and tokenizer are read by
+  `harness.targets.causal_lm`.
 
 A session holds one generation's KV cache and the *pending* tokens: committed but not yet in the cache
 (the prompt at first, then each pass's bonus token). `forward` evaluates the pending tokens and the
@@ -45,7 +46,8 @@ from torch import Tensor
 
 from harness.errors import UserError
 from harness.targets.batching import kv_layers
-from harness.targets.devices import check_fits
+from harness.targets.causal_lm import CausalLM, load_causal_lm
+from harness.targets.tree_mask import ancestors, depths, tree_mask
 from harness.targets.zoo import model_dir, zoo_names
 
 SMOLLM2 = "smollm2"
@@ -147,11 +149,13 @@ class ARSession:
 
     def tree_inputs(self, tokens: Tensor, parents: Sequence[int]) -> tuple[Tensor, Tensor, Tensor]:
         """A pass's new tokens (pending, then nodes), their positions and who may attend to whom
-        [Q, cached + Q] (`_tree_mask`)."""
+        [Q, cached + Q] (`harness.targets.tree_mask`)."""
         device = self.pending.device
-        depths = torch.tensor(_depths(parents), dtype=torch.long, device=device)
-        positions = torch.cat([torch.arange(self.cached, self.position, device=device), self.position - 1 + depths])
-        allowed = _tree_mask(self.pending.numel(), parents, self.cached).to(device)
+        node_depths = torch.tensor(depths(parents), dtype=torch.long, device=device)
+        positions = torch.cat(
+            [torch.arange(self.cached, self.position, device=device), self.position - 1 + node_depths]
+        )
+        allowed = tree_mask(self.pending.numel(), parents, self.cached).to(device)
         return torch.cat([self.pending, tokens]), positions, allowed
 
     def commit(self, path: Sequence[int], bonus: int) -> None:
@@ -190,16 +194,16 @@ class ARSession:
     def _tree(self, tokens: Tensor, parents: Sequence[int]) -> Tensor:
         """Pending tokens and nodes in one call; no mask when there are no nodes (plain decoding)."""
         pending, device = self.pending, self.pending.device
-        depths = _depths(parents)
+        node_depths = depths(parents)
         positions = torch.cat(
             [
                 torch.arange(self.cached, self.position, device=device),
-                self.position - 1 + torch.tensor(depths, dtype=torch.long, device=device),
+                self.position - 1 + torch.tensor(node_depths, dtype=torch.long, device=device),
             ]
         )
         mask = None
         if len(parents):
-            allowed = _tree_mask(pending.numel(), parents, self.cached).to(device)
+            allowed = tree_mask(pending.numel(), parents, self.cached).to(device)
             dtype = self.target.dtype
             mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
             mask = mask[None, None]
@@ -215,10 +219,10 @@ class ARSession:
             self._call(self.pending, torch.arange(self.cached, self.position, device=device), self.cache, None, 1)[-1]
         ]
         self.cached, self.pending = self.position, self.pending[:0]
-        depths = _depths(parents)
+        node_depths = depths(parents)
         node_kv: list[list[tuple[Tensor, Tensor]]] = []
         for j in range(len(parents)):
-            chain = _ancestors(parents, j)
+            chain = ancestors(parents, j)
             context = DynamicCache(
                 [
                     (
@@ -228,43 +232,11 @@ class ARSession:
                     for i, layer in enumerate(kv_layers(self.cache))
                 ]
             )
-            position = torch.tensor([self.cached - 1 + depths[j]], device=device)
+            position = torch.tensor([self.cached - 1 + node_depths[j]], device=device)
             rows.append(self._call(tokens[j : j + 1], position, context, None, 1)[-1])
             node_kv.append([(layer.keys[..., -1:, :], layer.values[..., -1:, :]) for layer in kv_layers(context)])
         self._node_kv = node_kv
         return torch.stack(rows)
-
-
-def _depths(parents: Sequence[int]) -> list[int]:
-    """Depth of each node (the root is depth 0, its children 1)."""
-    depths: list[int] = []
-    for parent in parents:
-        depths.append(1 if parent == 0 else depths[parent - 1] + 1)
-    return depths
-
-
-def _ancestors(parents: Sequence[int], node: int) -> list[int]:
-    """The nodes above `node`, root side first (node indices, not rows)."""
-    chain, parent = [], parents[node]
-    while parent:
-        chain.append(parent - 1)
-        parent = parents[parent - 1]
-    return chain[::-1]
-
-
-def _tree_mask(pending: int, parents: Sequence[int], cached: int) -> Tensor:
-    """[pending + N, cached + pending + N] bool: who may attend to whom. Everyone sees the cache;
-    pending tokens are causal among themselves; a node sees every pending token, its ancestors and itself."""
-    n = len(parents)
-    allowed = torch.zeros(pending + n, cached + pending + n, dtype=torch.bool)
-    allowed[:, : cached + pending] = True
-    allowed[:pending, cached : cached + pending] = torch.ones(pending, pending, dtype=torch.bool).tril()
-    for j, parent in enumerate(parents):
-        row = pending + j
-        if parent:
-            allowed[row, cached + pending :] = allowed[pending + parent - 1, cached + pending :]
-        allowed[row, cached + pending + j] = True
-    return allowed
 
 
 # --- names and loading -------------------------------------------------------------------------
@@ -304,14 +276,14 @@ def load_ar_target(name: str, device: torch.device, dtype: torch.dtype) -> ARTar
     """An AR target by name (see the module docstring), its weights in `dtype` on `device`."""
     if name == SMOLLM2:
         folder, file = gguf_location(smollm2_file())
-        return _load_pretrained(folder, file, dtype, device, SMOLLM2)
+        return _wrap(load_causal_lm(folder, file, dtype, device), SMOLLM2)
     if name.startswith(TINY_AR):
         return tiny_random_ar(parse_tiny_ar_name(name)).to(device, dtype)
     path = folder_of(name)
     if path.suffix == ".gguf" or not (path / "config.json").is_file():
         folder, file = gguf_location(path)
-        return _load_pretrained(folder, file, dtype, device, name)
-    return _load_pretrained(path, None, dtype, device, name)
+        return _wrap(load_causal_lm(folder, file, dtype, device), name)
+    return _wrap(load_causal_lm(path, None, dtype, device), name)
 
 
 def folder_of(name: str) -> Path:
@@ -405,48 +377,5 @@ def _is_causal_lm(model_type: Any, architectures: Any) -> bool:
     return not architectures or (isinstance(architectures, list) and bool(classes & set(architectures)))
 
 
-def _load_pretrained(
-    folder: Path, gguf_file: str | None, dtype: torch.dtype, device: torch.device, name: str
-) -> ARTarget:
-    """`AutoModelForCausalLM` and `AutoTokenizer` from a local folder, offline, no remote code. A
-    checkpoint's size is checked against the device from its config before any weight is read and
-    its weights go straight to the device; a GGUF file is dequantized on the host by transformers
-    anyway (and parsing it only for its config costs seconds), so it is checked once loaded there."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    options: dict[str, Any] = {"local_files_only": True, "trust_remote_code": False}
-    loaded: Any  # (model, loading info): from_pretrained's annotation leaves out output_loading_info=True
-    try:
-        if gguf_file:
-            options["gguf_file"] = gguf_file
-            loaded = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, output_loading_info=True, **options)
-            model, info = loaded
-            check_fits(model.num_parameters(), dtype, device, str(folder / gguf_file))
-            model.to(device)
-        else:
-            config = AutoConfig.from_pretrained(str(folder), **options)
-            with torch.device("meta"):
-                check_fits(AutoModelForCausalLM.from_config(config).num_parameters(), dtype, device, str(folder))
-            loaded = AutoModelForCausalLM.from_pretrained(
-                str(folder), dtype=dtype, device_map=str(device), output_loading_info=True, **options
-            )
-            model, info = loaded
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), **options)
-    except (OSError, ValueError, KeyError) as error:
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise UserError(f"{folder}: cannot load a causal LM ({first})") from None
-    partial = sorted(info["missing_keys"]) + sorted(str(k) for k in info["mismatched_keys"])
-    if partial:  # transformers would initialize these at random: never a silent partial load
-        raise UserError(
-            f"{folder}: the checkpoint lacks or mis-shapes {len(partial)} weights of its "
-            f"{type(model).__name__}, e.g. {partial[0]}"
-        )
-    layer_types = getattr(model.config, "layer_types", None) or ()
-    if any("sliding" in t for t in layer_types):
-        raise UserError(f"{folder}: sliding-window attention layers are not supported by the tree verifier")
-    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else model.generation_config.eos_token_id
-    if isinstance(eos, list):
-        eos = eos[0]
-    if eos is None:
-        raise UserError(f"{folder}: neither the tokenizer nor the generation config names an end-of-sequence token")
-    return ARTarget(model, tokenizer, int(eos), name=name)
+def _wrap(loaded: CausalLM, name: str) -> ARTarget:
+    return ARTarget(loaded.model, loaded.tokenizer, loaded.eos_id, name=name)
