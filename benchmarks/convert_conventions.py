@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 from harness.targets.converted import convert
 from harness.targets.registry import load_target
-from harness.training.convert import ConvertRecipe, layout, sequences
+from harness.training.convert import ConvertRecipe, sequences
+from harness.training.masked_blocks import layout
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Tokens/s of a conversion training step (harness/training/convert.py), three layouts side by side
+"""Tokens/s of a conversion training step (harness/training/masked_blocks.py), three layouts side by side
 in one process on the same batches:
 
 - `two-stream`: SDAR's published layout, clean and noisy streams in one forward, the adapter on at
@@ -27,7 +27,8 @@ from step_timing import time_variants
 from harness.targets import adapter
 from harness.targets.converted import convert
 from harness.targets.registry import load_target
-from harness.training.convert import Batch, ConvertRecipe, diffusion_loss, layout, sequences
+from harness.training.convert import ConvertRecipe, sequences
+from harness.training.masked_blocks import Batch, diffusion_loss, layout
 
 
 def two_stream_loss(target, batch: Batch, rows_only: bool = False) -> torch.Tensor:

@@ -1,21 +1,11 @@
 """Convert an autoregressive LM into a block-diffusion target: train its gated adapter from a recipe.
 
-The objective is SDAR's masked-block diffusion on the absolute block grid, laid out for the converted
-family's conventions (harness/targets/converted.py). A batch is two forward passes:
-
-1. the clean sequence through the frozen base, causal, adapter off, with no autograd: the keys and
-   values the decoder will hold in its cache (this pass is what the adapter never changes);
-2. a noisy copy of the answer's blocks, adapter on: each block's answer positions are masked with a
-   rate t ~ U(eps, 1) drawn per block, and the block attends to the clean keys before it and to
-   itself. Row p predicts token p+1 (shifted logits) where p+1 is masked and in the same block; the
-   first token of a block is predicted by the clean row before it, which is the base's and is not
-   trained. The cross-entropy is weighted by 1/t and averaged over the answer positions a block's
-   rows predict, and is computed at the masked rows only.
-
-Only the adapter (and nothing of the clean pass) enters autograd, and the output head runs only at
-masked rows: that is what makes a step cheap (benchmarks/convert_step.py measures it against the
-one-forward two-stream layout with the adapter on every row). Every sequence ends with EOS, padded
-with EOS to the end of its block, as decoding fills a block after the answer ends.
+The objective is SDAR's masked-block diffusion on the absolute block grid
+(`harness.training.masked_blocks`, which lays out a batch's two passes and weighs the loss): only the
+adapter enters autograd, and the output head runs only at masked rows. Every sequence ends with EOS,
+padded with EOS to the end of its block, as decoding fills a block after the answer ends. A recipe
+whose blocks, sequences or attention masks do not fit the base or the machine is refused before the
+base loads (`check_layout`, with the base's context from `harness.targets.base_context`).
 
 The run folder holds `train_state.pt` (adapter, optimiser, generators, step, learning curve), saved
 every `checkpoint_every` steps by temp file + rename (in parts of at most 16 MiB beside it, so a zoo
@@ -30,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import struct
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,8 +27,6 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor
 
 from harness.errors import UserError
 from harness.recipes import load_recipe
@@ -48,11 +35,11 @@ from harness.targets.converted import convert, is_converted, read_meta, save_con
 from harness.targets.devices import available_memory
 from harness.targets.target import DLMTarget
 from harness.training.loop import TrainingRun, precision, remove_state, same_recipe
+from harness.training.masked_blocks import Sequence, diffusion_loss, layout
 from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text
 
 STATE_FILE = "train_state.pt"
 MODEL_DIR = "model"
-MIN_MASK_RATE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -106,26 +93,6 @@ class ConvertRecipe:
             init_folder(self)
 
 
-@dataclass
-class Sequence:
-    tokens: list[int]
-    """Prompt, answer, EOS, then EOS to the end of the block: the last trained block ends here."""
-    prompt_length: int
-
-
-@dataclass
-class Batch:
-    clean_ids: Tensor  # [N, C] the clean context (positions 0..C-1)
-    clean_attend: Tensor  # [N, 1, C, C]
-    noisy_ids: Tensor  # [N, L] the noisy copy of the answer's blocks
-    noisy_positions: Tensor  # [N, L]
-    noisy_attend: Tensor  # [N, 1, L, C + L]
-    targets: Tensor  # [N, L] the token row p predicts (p+1), -100 where nothing is trained
-    weights: Tensor  # [N, L] 1/t of the row's block where trained
-    predicted: int
-    """Answer positions the noisy rows predict, masked or not: the loss's denominator."""
-
-
 def sequences(pairs: list[tuple[list[int], list[int]]], recipe: ConvertRecipe, eos_id: int) -> list[Sequence]:
     """Prompt (its last `prompt_max_tokens`) + answer (its first `answer_max_tokens`) + EOS, padded
     with EOS to the end of the block on the absolute grid."""
@@ -137,64 +104,6 @@ def sequences(pairs: list[tuple[list[int], list[int]]], recipe: ConvertRecipe, e
         tokens += [eos_id] * (-len(tokens) % size)
         out.append(Sequence(tokens, len(prompt)))
     return out
-
-
-def layout(batch: list[Sequence], size: int, mask_id: int, generator: torch.Generator) -> Batch:
-    """Mask each block of each answer at its own rate and lay out both passes (module docstring)."""
-    starts = [s.prompt_length - s.prompt_length % size for s in batch]  # the block holding the prompt's end
-    clean_len = max(max(len(s.tokens) - size for s in batch), 1)
-    noisy_len = max(len(s.tokens) - start for s, start in zip(batch, starts))
-    rows = len(batch)
-    clean_ids = torch.full((rows, clean_len), mask_id, dtype=torch.long)
-    clean_attend = torch.zeros((rows, 1, clean_len, clean_len), dtype=torch.bool)
-    noisy_ids = torch.full((rows, noisy_len), mask_id, dtype=torch.long)
-    noisy_positions = torch.zeros((rows, noisy_len), dtype=torch.long)
-    noisy_attend = torch.zeros((rows, 1, noisy_len, clean_len + noisy_len), dtype=torch.bool)
-    targets = torch.full((rows, noisy_len), -100, dtype=torch.long)
-    weights = torch.zeros((rows, noisy_len))
-    causal = torch.ones(clean_len, clean_len, dtype=torch.bool).tril()
-    predicted = 0
-    for row, (seq, start) in enumerate(zip(batch, starts)):
-        tokens = torch.tensor(seq.tokens)
-        context = len(tokens) - size
-        clean_ids[row, :context] = tokens[:context]
-        clean_attend[row, 0] = causal
-        span = len(tokens) - start
-        positions = torch.arange(start, len(tokens))
-        blocks = positions // size
-        rates = MIN_MASK_RATE + (1 - MIN_MASK_RATE) * torch.rand(int(blocks[-1]) + 1, generator=generator)
-        rate = rates[blocks]
-        answer = positions >= seq.prompt_length
-        masked = answer & (torch.rand(span, generator=generator) < rate)
-        noisy_ids[row, :span] = torch.where(masked, mask_id, tokens[start:])
-        noisy_positions[row, :span] = positions
-        noisy_positions[row, span:] = len(tokens)  # padding rows: past the sequence, attending themselves
-        keys = torch.arange(clean_len)
-        noisy_attend[row, 0, :span, :clean_len] = (keys[None, :] < (blocks * size)[:, None]) & (keys < context)
-        same_block = blocks[None, :] == blocks[:, None]
-        noisy_attend[row, 0, :span, clean_len : clean_len + span] = same_block
-        pad = torch.arange(span, noisy_len)
-        noisy_attend[row, 0, pad, clean_len + pad] = True
-        # row p predicts p+1 when p+1 is an answer position of p's block
-        follows = (positions[1:] // size == blocks[:-1]) & answer[1:]
-        predicted += int(follows.sum())
-        trained = follows & masked[1:]
-        targets[row, : span - 1] = torch.where(trained, tokens[start + 1 :], -100)
-        weights[row, : span - 1] = torch.where(trained, 1.0 / rate[1:], 0.0)
-    return Batch(clean_ids, clean_attend, noisy_ids, noisy_positions, noisy_attend, targets, weights, max(predicted, 1))
-
-
-def diffusion_loss(target: DLMTarget, batch: Batch) -> Tensor:
-    model = target.model
-    clean_positions = torch.arange(batch.clean_ids.shape[1])
-    with torch.no_grad():
-        _, clean_kv = model.hidden(batch.clean_ids, clean_positions, batch.clean_attend)
-    adapted = torch.ones_like(batch.noisy_ids, dtype=torch.bool)
-    hidden, _ = model.hidden(batch.noisy_ids, batch.noisy_positions, batch.noisy_attend, clean_kv, adapted)
-    trained = batch.targets >= 0
-    logits = model.lm_head(hidden[trained]).float()
-    per_token = F.cross_entropy(logits, batch.targets[trained], reduction="none")
-    return (per_token * batch.weights[trained]).sum() / batch.predicted
 
 
 @torch.no_grad()
@@ -280,75 +189,6 @@ def check_writable(out_dir: Path) -> None:
         raise UserError(
             f"--out {out_dir}: cannot write in {existing} ({error.strerror or error}); give a folder you can write"
         ) from None
-
-
-CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
-"""Where a causal LM's config.json gives its context length, in the order they are read."""
-
-
-def base_context_length(name: str) -> int | None:
-    """The positions the base was trained on (`max_position_embeddings`), read without its weights:
-    a folder's config.json, a GGUF file's header (`<architecture>.context_length`), the config of a
-    tiny random base (built in code, in milliseconds). None when the base does not say."""
-    from harness.targets.ar import SMOLLM2, TINY_AR, folder_of, gguf_location, parse_tiny_ar_name, smollm2_file
-
-    if name.startswith(TINY_AR):
-        from harness.targets.ar import tiny_random_ar
-
-        return int(tiny_random_ar(parse_tiny_ar_name(name)).model.config.max_position_embeddings)
-    path = smollm2_file() if name == SMOLLM2 else folder_of(name)
-    if path.suffix == ".gguf" or not (path / "config.json").is_file():
-        folder, file = gguf_location(path)
-        return gguf_context_length(folder / file)
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    values = [config.get(key) for key in CONTEXT_KEYS] if isinstance(config, dict) else []
-    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
-
-
-GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-"""GGUF metadata value types of fixed size -> their struct format (8 is a string, 9 an array)."""
-
-
-def gguf_context_length(path: Path) -> int | None:
-    """`<architecture>.context_length` from a GGUF file's metadata, which comes before its tensors:
-    the header is read key by key up to it (no tensor is read). None if the file does not say."""
-
-    def read(handle, form: str):
-        data = handle.read(struct.calcsize(form))
-        if len(data) < struct.calcsize(form):
-            raise ValueError("cut short")
-        return struct.unpack(form, data)[0]
-
-    def skip(handle, kind: int) -> None:
-        if kind == 8:
-            handle.seek(read(handle, "<Q"), os.SEEK_CUR)
-        elif kind == 9:
-            inner, count = read(handle, "<I"), read(handle, "<Q")
-            if inner in GGUF_SCALARS:
-                handle.seek(struct.calcsize(GGUF_SCALARS[inner]) * count, os.SEEK_CUR)
-            else:
-                for _ in range(count):
-                    skip(handle, inner)
-        else:
-            handle.seek(struct.calcsize(GGUF_SCALARS[kind]), os.SEEK_CUR)
-
-    try:
-        with open(path, "rb") as handle:
-            if handle.read(4) != b"GGUF" or read(handle, "<I") < 2:  # version 1 counted in 32 bits
-                return None
-            read(handle, "<Q")  # tensors
-            for _ in range(read(handle, "<Q")):
-                key = handle.read(read(handle, "<Q")).decode("utf-8", "replace")
-                kind = read(handle, "<I")
-                if key.endswith(".context_length") and kind in (0, 2, 4, 10, 1, 3, 5, 11):
-                    return int(read(handle, GGUF_SCALARS[kind]))
-                skip(handle, kind)
-    except (OSError, ValueError, KeyError, struct.error):
-        return None
-    return None
 
 
 def layout_bytes(recipe: ConvertRecipe) -> tuple[int, int]:

@@ -34,14 +34,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from harness.errors import UserError
+    from harness.targets.base_context import base_context_length
     from harness.targets.registry import load_target
-    from harness.training.convert import (
-        ConvertRecipe,
-        base_context_length,
-        check_layout,
-        check_out_dir,
-        train_conversion,
-    )
+    from harness.training.convert import ConvertRecipe, check_layout, check_out_dir, train_conversion
     from spotbench.commands.train_drafter import task_pairs
 
     recipe = ConvertRecipe.load(args.recipe, args.steps)

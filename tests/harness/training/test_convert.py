@@ -23,8 +23,9 @@ from harness.targets.converted import (
 )
 from harness.training import convert as convert_module
 from harness.training import loop
-from harness.training.convert import ConvertRecipe, Sequence, layout, start_from_adapter, train_conversion
+from harness.training.convert import ConvertRecipe, start_from_adapter, train_conversion
 from harness.training.loop import state_files
+from harness.training.masked_blocks import Sequence, layout
 
 PROMPT = [(37 * i + 11) % 200 + 30 for i in range(11)]
 ANSWER = [(53 * i + 7) % 200 + 30 for i in range(13)]
