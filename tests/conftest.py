@@ -13,7 +13,7 @@ torch.set_num_threads(1)
 # Chromium for the report test, which renders the report headless.
 SYSTEM_PACKAGES = {
     "bubblewrap": (("bwrap",), ("tests/tasks/",)),
-    "chromium": (("chromium", "chromium-browser"), ("tests/harness/test_report.py::test_headless_chromium",)),
+    "chromium": (("chromium", "chromium-browser"), ("tests/harness/reports/test_html.py::test_headless_chromium",)),
 }
 INSTALL = "apt-get install -y chromium bubblewrap libseccomp2"  # as .ci/run installs them
 

@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL = "apt-get install -y chromium bubblewrap libseccomp2"
 NEEDS_BWRAP = "tests/tasks/test_registry.py"  # any test of tasks/ (fast, and needs nothing else)
-NEEDS_CHROMIUM = "tests/harness/test_report.py::test_headless_chromium_renders_the_report_without_console_errors"
+NEEDS_CHROMIUM = "tests/harness/reports/test_html.py::test_headless_chromium_renders_the_report_without_console_errors"
 NEEDS_NEITHER = "tests/harness/test_validation.py"
 
 pytestmark = pytest.mark.slow  # each test starts pytest in a subprocess
