@@ -13,5 +13,6 @@ that the verifier walks each path. Registry names `spot` (the zoo checkpoint) an
 - `tree`: `SpotProposer` and its batched best-first tree search;
 - `recipe`, `collection`, `training`: the training recipe, the plain trajectories it learns from
   (collected here or through the caller's map function) and the resumable training loop
-  (`spotbench train-proposer`).
+  (`spotbench train-proposer`);
+- `family`: the registry entry: the folder, the network cache, the rule check, the files hashed into runs.
 """

@@ -72,9 +72,10 @@ def run(args: argparse.Namespace) -> int:
     from harness.targets.registry import check_lengths_for, load_dlm_target, target_kind
     from harness.training.loop import save_state
     from harness.versions import git_revision
-    from proposers.registry import PROPOSERS, parse_proposer, spot_sets_folder
+    from proposers.registry import PROPOSERS, parse_proposer
     from proposers.spot.collection import DATA_FILE
     from proposers.spot_sets.collection import SetViews, collect_all
+    from proposers.spot_sets.family import spot_sets_folder
     from proposers.spot_sets.network import (
         CALIBRATION_FILE,
         CONFIG_FILE,
