@@ -1,5 +1,5 @@
-"""Training SPOT-Sets on plain threshold trajectories of one target, and calibrating a checkpoint for
-another: the recipe, the loss, a resumable loop with a learning curve, and the calibration fit.
+"""Training SPOT-Sets on plain threshold trajectories of one target: the recipe, the loss and a resumable
+loop with a learning curve (calibrating a checkpoint for another target: `proposers.spot_sets.calibration`).
 
 The examples come from `proposers.spot_sets.collection`. The loop is SPOT's (`proposers.spot.training`):
 one thread, deterministic by seed, examples drawn with probability `depth_decay ** depth`, generations
@@ -52,7 +52,6 @@ from proposers.spot_sets.network import (
     load_spot_sets,
     predict,
     read_meta,
-    rule_inputs,
     save_spot_sets,
     threshold_tau,
 )
@@ -330,40 +329,3 @@ def train(
     }
     save_spot_sets(net, out_dir, report)
     return report
-
-
-CALIBRATION_PRIOR = 0.01
-"""Weight of a Gaussian prior on the calibration's numbers (log scales and temperatures, bias, rule
-weights) around "no change": where the calibration examples separate commits perfectly the NLL
-alone keeps falling as the scale grows."""
-
-
-def fit_calibration(net: SpotSetsNet, data: dict[str, Tensor], tau: float) -> Calibration:
-    """The `Calibration` that minimises -log P(the child the target takes) on `data` (examples of the
-    target it is for) plus `CALIBRATION_PRIOR`, by L-BFGS in float64 on the network's outputs computed
-    once: seven numbers, deterministic."""
-    count = data["argmax"].numel()
-    with torch.no_grad():
-        outputs = [forward(net, data, index, tau) for index in torch.arange(count).split(1024)]
-        position, commit, token = (torch.cat([o[i] for o in outputs]).double() for i in range(3))
-        rule = rule_inputs(data["candidate"], data["ages"].long(), torch.full((count,), tau))
-        gap, odds_gap = (x.double() for x in rule)
-    position = position.clamp_min(-1e4)  # -inf / temperature would make the gradient NaN
-    index = torch.arange(count)
-    values = torch.zeros(7, dtype=torch.float64, requires_grad=True)
-    optimizer = torch.optim.LBFGS([values], lr=0.5, max_iter=200, line_search_fn="strong_wolfe")
-
-    def calibration(v: Tensor) -> Calibration:
-        """From (log commit scale, commit bias, commit rule weight, log position temperature, position
-        rule weight, log token temperature, top bias)."""
-        return Calibration(v[0].exp(), v[1], v[2], v[3].exp(), v[4], v[5].exp(), v[6])
-
-    def closure() -> Tensor:
-        optimizer.zero_grad()
-        calibrated = calibration(values).apply(position, commit, token, gap, odds_gap)
-        loss = cast(Tensor, sum(set_nll(*calibrated, data, index))).mean() + CALIBRATION_PRIOR * values.square().sum()
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    return Calibration(*(float(x) for x in dataclasses.astuple(calibration(values.detach()))))
