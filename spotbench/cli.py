@@ -23,7 +23,7 @@ COMMAND_MODULES = [
     "spotbench.commands.train_drafter",
     "spotbench.commands.convert",
     "spotbench.commands.calibrate_spiffy",
-    "spotbench.commands.calibrate",
+    "spotbench.commands.calibrate_spot_sets",
     "spotbench.commands.tasks_cmd",
     "spotbench.commands.run",
     "spotbench.commands.gate",

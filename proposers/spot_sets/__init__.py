@@ -7,11 +7,11 @@ features (proposers/spot/features.py) plus each candidate's distance to tau, and
 tree of set-transitions best-first. Registry names `spot-sets` (the zoo checkpoint) and
 `spot-sets:PATH`.
 
-- `network`: `SpotSetsNet`, the per-target `Calibration` (`spotbench calibrate`), checkpoint folders;
+- `network`: `SpotSetsNet`, the per-target `Calibration` (`spotbench calibrate-spot-sets`), checkpoint folders;
 - `tree`: `SpotSetsProposer` and its best-first search over sets;
 - `collection`, `training`: plain threshold trajectories and the training loop (`spotbench
   train-proposer` with a recipe that names a rule);
-- `calibration`: the calibration fit and run (`spotbench calibrate`);
+- `calibration`: the calibration fit and run (`spotbench calibrate-spot-sets`);
 - `family`: the registry entry: the folder, the network cache, the fit and rule checks, the files
   hashed into runs.
 """

@@ -1,4 +1,4 @@
-"""Calibrating a SPOT-Sets checkpoint for another target (`spotbench calibrate`): the fit and the whole
+"""Calibrating a SPOT-Sets checkpoint for another target (`spotbench calibrate-spot-sets`): the fit and the whole
 run from a checkpoint folder to a calibrated copy.
 
 A SPOT-Sets checkpoint ranks positions on any target (its inputs are relative), but how probable a

@@ -10,7 +10,7 @@ target commits there, its argmax (the position the rule forces: the `top1` choic
 and noise), and per committed position whether the token is the stale candidate, the runner-up or
 neither. Generation k decodes with seed `seed + k` wherever it runs, so the data does not depend on
 where the chunks run. Prompts come from the caller (train splits, `spotbench train-proposer` and
-`spotbench calibrate`); this module knows no task.
+`spotbench calibrate-spot-sets`); this module knows no task.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The `spot-sets` family: `spot-sets` (the zoo checkpoint, sdar-a, threshold:0.9) and `spot-sets:PATH`
-(a folder written by `spotbench train-proposer` or `spotbench calibrate`, or its name under
+(a folder written by `spotbench train-proposer` or `spotbench calibrate-spot-sets`, or its name under
 zoo/proposers/), fitted to one tau and, once calibrated, to one model."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def spot_sets_folder(argument: str | None) -> Path:
     if not (folder / CONFIG_FILE).is_file():
         raise UserError(
             f"no SPOT-Sets checkpoint in {folder} (expected {CONFIG_FILE}); give "
-            "spot-sets:PATH of a folder written by spotbench train-proposer or spotbench calibrate"
+            "spot-sets:PATH of a folder written by spotbench train-proposer or spotbench calibrate-spot-sets"
         )
     return folder.resolve()
 
@@ -50,7 +50,7 @@ def check_spot_sets_fits(argument: str | None, model: str, block_length: int) ->
         raise UserError(
             f"{spec_name('spot-sets', argument)} was calibrated for model "
             f"{calibration['provenance']['target']!r}, not {model!r}; calibrate one with spotbench "
-            f"calibrate {spec_name('spot-sets', argument)} --model {model} --out DIR"
+            f"calibrate-spot-sets {spec_name('spot-sets', argument)} --model {model} --out DIR"
         )
 
 
@@ -69,7 +69,7 @@ def check_spot_sets_rule(argument: str | None, rule: str) -> None:
     if threshold_tau(rule) != fitted["tau"]:
         raise UserError(
             f"{name} was {how} for {fitted['rule']}, not {rule}; use the rule {fitted['rule']}, or "
-            f"calibrate it for that tau: spotbench calibrate {name} --model M --rule {rule} --out DIR"
+            f"calibrate it for that tau: spotbench calibrate-spot-sets {name} --model M --rule {rule} --out DIR"
         )
 
 

@@ -18,7 +18,7 @@ times its tokens' probabilities; `proposers/spot_sets/tree.py` grows the tree be
 sets. The verifier applies the exact rule to every row and walks by state equality, so SPOT-Sets is
 lossless by construction whatever the network outputs.
 
-`Calibration` (from `spotbench calibrate`) blends a checkpoint's commit logits and argmax distribution
+`Calibration` (from `spotbench calibrate-spot-sets`) blends a checkpoint's commit logits and argmax distribution
 with the stale view's own rule for one other target at one tau; the proposer
 (proposers/spot_sets/tree.py) applies it when its folder holds one.
 """
@@ -185,7 +185,7 @@ def load_spot_sets(folder: str | Path) -> SpotSetsNet:
 
 
 def read_calibration(folder: str | Path) -> dict | None:
-    """The folder's calibration record (`spotbench calibrate`): fitted values and provenance, or None."""
+    """The folder's calibration record (`spotbench calibrate-spot-sets`): fitted values and provenance, or None."""
     path = Path(folder) / CALIBRATION_FILE
     return json.loads(path.read_text()) if path.is_file() else None
 

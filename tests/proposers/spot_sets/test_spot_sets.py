@@ -445,7 +445,17 @@ def test_decode_refuses_what_a_run_refuses(checkpoints, capsys, which, model, ru
 def test_calibrate_refuses_test_splits_too_many_prompts_and_top1(checkpoints, tmp_path, capsys, args, message):
     out = tmp_path / "calibrated-copy"
     assert (
-        main(["calibrate", f"spot-sets:{checkpoints[0]}", "--model", "tiny-random:llada", "--out", str(out), *args])
+        main(
+            [
+                "calibrate-spot-sets",
+                f"spot-sets:{checkpoints[0]}",
+                "--model",
+                "tiny-random:llada",
+                "--out",
+                str(out),
+                *args,
+            ]
+        )
         == 2
     )
     err = capsys.readouterr().err.strip()
@@ -468,7 +478,7 @@ def test_calibrate_writes_a_copy_with_its_calibration_and_provenance(checkpoints
         "16",
     ]
     for name in ("a", "b"):
-        assert main(["calibrate", f"spot-sets:{checkpoints[0]}", "--out", str(tmp_path / name), *args]) == 0
+        assert main(["calibrate-spot-sets", f"spot-sets:{checkpoints[0]}", "--out", str(tmp_path / name), *args]) == 0
     first, second = ((tmp_path / name / CALIBRATION_FILE).read_text() for name in ("a", "b"))
     assert first == second  # deterministic
     record = json.loads(first)
@@ -485,5 +495,15 @@ def test_calibrate_writes_a_copy_with_its_calibration_and_provenance(checkpoints
         checkpoints[0] / "spot_sets.safetensors"
     ).read_bytes()
     check_arm_for_model(f"spot-sets:{tmp_path / 'a'}", "tiny-random:llada", 8, ["threshold:0.013"])
-    assert main(["calibrate", "spot", "--model", "tiny-random:llada", "--out", str(tmp_path / "c")]) == 2
+    assert main(["calibrate-spot-sets", "spot", "--model", "tiny-random:llada", "--out", str(tmp_path / "c")]) == 2
     assert "calibrates spot-sets checkpoints" in capsys.readouterr().err
+
+
+def test_calibrate_is_the_old_name_of_calibrate_spot_sets_with_a_one_line_notice(checkpoints, tmp_path, capsys):
+    args = [f"spot-sets:{checkpoints[0]}", "--model", "tiny-random:llada", "--rule", "top1", "--out", str(tmp_path)]
+    assert main(["calibrate-spot-sets", *args]) == 2
+    new = capsys.readouterr().err.strip()
+    assert main(["calibrate", *args]) == 2
+    notice, error = capsys.readouterr().err.strip().split("\n")
+    assert notice == "spotbench: `calibrate` is now `calibrate-spot-sets`; the old name will be removed"
+    assert error == new and "SPOT-Sets is calibrated for a threshold rule" in new and "\n" not in new

@@ -1,4 +1,6 @@
-"""`spotbench calibrate spot-sets[:DIR] --model M --out DIR2`: fit a SPOT-Sets checkpoint to another target.
+"""`spotbench calibrate-spot-sets spot-sets[:DIR] --model M --out DIR2`: fit a SPOT-Sets checkpoint to
+another target. `spotbench calibrate` is its old name, kept for a release: it runs the same command after
+a one-line notice on stderr.
 
 The calibration itself is `proposers.spot_sets.calibration`; this command reads its flags, the
 calibration prompts (zero-shot, train splits only, at most 50) and the target. Runs name the copy
@@ -11,16 +13,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.errors import UserError
 from spotbench.commands import add_block_length_arguments, block_length_of
 
+OLD_NAME = "calibrate"
+"""The command's first name, from before `calibrate-spiffy`: an alias for a release, with a notice."""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "calibrate", help="calibrate a SPOT-Sets checkpoint for another target and tau (train splits)"
-    )
+    for name, func in (("calibrate-spot-sets", run), (OLD_NAME, run_old_name)):
+        add_parser(subparsers, name, func)
+
+
+def add_parser(subparsers: argparse._SubParsersAction, name: str, func: Callable[[argparse.Namespace], int]) -> None:
+    help = "calibrate a SPOT-Sets checkpoint for another target and tau (train splits)"
+    parser = subparsers.add_parser(name, help=help if name != OLD_NAME else "old name of calibrate-spot-sets")
     parser.add_argument("proposer", help="spot-sets or spot-sets:DIR (the checkpoint to calibrate)")
     parser.add_argument("--model", required=True, help="target: a zoo model, tiny-random:<family> or a folder")
     parser.add_argument("--out", required=True, help="folder for the calibrated copy")
@@ -37,7 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--run-dir", help="keep the collected trajectories here; a rerun with the same collection settings reuses them"
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=func)
+
+
+def run_old_name(args: argparse.Namespace) -> int:
+    print("spotbench: `calibrate` is now `calibrate-spot-sets`; the old name will be removed", file=sys.stderr)
+    return run(args)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     family, argument = parse_proposer(args.proposer)
     if family is not PROPOSERS["spot-sets"]:
         raise UserError(
-            f"spotbench calibrate calibrates spot-sets checkpoints, not {args.proposer!r} "
+            f"spotbench calibrate-spot-sets calibrates spot-sets checkpoints, not {args.proposer!r} "
             "(Spiffy graphs: spotbench calibrate-spiffy)"
         )
     folder = spot_sets_folder(argument)
