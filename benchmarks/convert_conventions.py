@@ -44,8 +44,8 @@ def main() -> None:
     }
     generator = torch.Generator().manual_seed(12345)
     with torch.no_grad():
-        for start in range(0, len(data), recipe.batch_size):
-            chunk = data[start : start + recipe.batch_size]
+        for start in range(0, len(data), recipe.optimizer.batch_size):
+            chunk = data[start : start + recipe.optimizer.batch_size]
             batch = layout(chunk, size, recipe.mask_id, generator)
             clean_logits, kv = target.model(batch.clean_ids, torch.arange(batch.clean_ids.shape[1]), batch.clean_attend)
             noisy, _ = target.model(

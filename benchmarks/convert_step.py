@@ -87,7 +87,7 @@ def main() -> None:
     parameters = list(adapter.lora_state(target.model).values())
     optimizer = torch.optim.AdamW(parameters, lr=1e-4)
     generator = torch.Generator().manual_seed(0)
-    batches = [data[i :: args.steps + 1][: recipe.batch_size] for i in range(args.steps + 1)]
+    batches = [data[i :: args.steps + 1][: recipe.optimizer.batch_size] for i in range(args.steps + 1)]
     laid = [layout(b, recipe.block_length, recipe.mask_id, generator) for b in batches]
     tokens = sum(len(s.tokens) for b in batches[1:] for s in b)
     time_variants(

@@ -68,7 +68,9 @@ def main() -> None:
     parameters = list(drafter.lora_state().values())
     optimizer = torch.optim.AdamW(parameters, lr=1e-4)
     generator = torch.Generator().manual_seed(0)
-    batches = [training[i * recipe.batch_size : (i + 1) * recipe.batch_size] for i in range(args.steps + 1)]
+    batches = [
+        training[i * recipe.optimizer.batch_size : (i + 1) * recipe.optimizer.batch_size] for i in range(args.steps + 1)
+    ]
     pad = target.tokenizer.pad_token_id or 0
     laid = [layout(b, args.block, target.vocab_size, pad, generator) for b in batches]
     tokens = sum(len(s.prompt) + len(s.response) for b in batches[1:] for s in b)

@@ -29,17 +29,21 @@ from typing import Literal
 import torch
 
 from harness.errors import UserError
-from harness.recipes import load_recipe
+from harness.recipes import Optimizer, load_recipe
 from harness.targets import adapter
 from harness.targets.converted import convert, is_converted, read_meta, save_converted
 from harness.targets.devices import available_memory
 from harness.targets.target import DLMTarget
 from harness.training.loop import TrainingRun, precision, remove_state, same_recipe
 from harness.training.masked_blocks import Sequence, diffusion_loss, layout
-from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text
+from harness.validation import Count, NonNegativeInt, Positive, Text
 
 STATE_FILE = "train_state.pt"
 MODEL_DIR = "model"
+
+
+OPTIMIZER = Optimizer(steps=1000, batch_size=8, warmup_steps=20, checkpoint_every=10)
+"""A conversion step takes 8 sequences; warmup 20 steps, a checkpoint every 10 (a step is slow)."""
 
 
 @dataclass(frozen=True)
@@ -54,19 +58,14 @@ class ConvertRecipe:
     rank: Count = 8
     alpha: Positive = 16.0
     seed: NonNegativeInt = 0
-    steps: Count = 1000
-    batch_size: Count = 8
-    learning_rate: Positive = 1e-3
-    warmup_steps: NonNegativeInt = 20
-    weight_decay: NonNegative = 0.0
-    grad_clip: Positive = 1.0
+    optimizer: Optimizer = OPTIMIZER
+    """Steps, minibatch, AdamW, schedule, clipping and checkpoints (`harness.recipes.Optimizer`)."""
     prompt_max_tokens: Count = 256
     answer_max_tokens: Count = 256
     train_examples: NonNegativeInt = 0
     """At most this many training sequences after the held-out ones (0: the whole train splits)."""
     validation_examples: Count = 32
     validation_every: Count = 50
-    checkpoint_every: Count = 10
     dtype: Literal["float32", "bfloat16"] = "float32"
     """`bfloat16`: the frozen base in bfloat16 and the step under CPU/GPU autocast (the adapter and
     its optimizer stay float32); on CPUs with AVX512-BF16 a step is several times faster."""
@@ -124,8 +123,8 @@ def heldout_loss(target: DLMTarget, examples: list[Sequence], recipe: ConvertRec
     """The loss on held-out training-split sequences under fixed noise, so runs compare."""
     noise = torch.Generator().manual_seed(12345)
     total = 0.0
-    for start in range(0, len(examples), recipe.batch_size):
-        chunk = examples[start : start + recipe.batch_size]
+    for start in range(0, len(examples), recipe.optimizer.batch_size):
+        chunk = examples[start : start + recipe.optimizer.batch_size]
         total += diffusion_loss(target, layout(chunk, recipe.block_length, recipe.mask_id, noise)).item() * len(chunk)
     return total / max(1, len(examples))
 
@@ -216,7 +215,9 @@ def layout_bytes(recipe: ConvertRecipe) -> tuple[int, int]:
     longest = -(-(recipe.prompt_max_tokens + recipe.answer_max_tokens + 1) // size) * size
     clean = max(longest - size, 1)
     noisy = min(longest, size + -(-recipe.answer_max_tokens // size) * size)
-    return longest, recipe.batch_size * (clean * clean + noisy * (clean + noisy)) + clean * clean + noisy * noisy
+    return longest, recipe.optimizer.batch_size * (
+        clean * clean + noisy * (clean + noisy)
+    ) + clean * clean + noisy * noisy
 
 
 def check_layout(recipe: ConvertRecipe, context: int | None, where: str) -> None:
@@ -239,7 +240,7 @@ def check_layout(recipe: ConvertRecipe, context: int | None, where: str) -> None
     available = available_memory()
     if needed > available:
         raise UserError(
-            f"{where}: a batch of {recipe.batch_size} sequences of up to {longest} positions at block_length "
+            f"{where}: a batch of {recipe.optimizer.batch_size} sequences of up to {longest} positions at block_length "
             f"{size} needs {needed / 2**30:.2f} GiB for its attention masks alone, and this machine has "
             f"{available / 2**30:.2f} GiB available; lower block_length, batch_size or the prompt and answer "
             "token limits"
@@ -263,9 +264,10 @@ def train_conversion(
     validation, training = data[: recipe.validation_examples], data[recipe.validation_examples :]
     if recipe.train_examples:
         training = training[: recipe.train_examples]
-    if len(training) < recipe.batch_size:
+    if len(training) < recipe.optimizer.batch_size:
         raise UserError(
-            f"recipe {recipe.name}: only {len(training)} training sequences for batch size {recipe.batch_size}"
+            f"recipe {recipe.name}: only {len(training)} training sequences for optimizer batch_size "
+            f"{recipe.optimizer.batch_size}"
         )
     torch.manual_seed(recipe.seed)
     target = convert(base, recipe.mask_id, recipe.rank, recipe.alpha, name=recipe.name)
@@ -317,8 +319,11 @@ def train_conversion(
         step = run.step
         tokens_seen += sum(len(s.tokens) for s in chosen)
         window.append(loss.item())
-        print(f"step {step}/{recipe.steps} loss {window[-1]:.4f} ({time.perf_counter() - tick:.1f} s)", flush=True)
-        if step % recipe.validation_every == 0 or step == recipe.steps:
+        print(
+            f"step {step}/{recipe.optimizer.steps} loss {window[-1]:.4f} ({time.perf_counter() - tick:.1f} s)",
+            flush=True,
+        )
+        if step % recipe.validation_every == 0 or step == recipe.optimizer.steps:
             target.model.eval()
             with autocast:
                 heldout = heldout_loss(target, validation, recipe)
@@ -384,7 +389,7 @@ def _report(
         "family": "converted",
         "base": recipe.base,
         "steps": step,
-        "finished": step >= recipe.steps,
+        "finished": step >= recipe.optimizer.steps,
         "parameters": parameters,
         "training_tokens": tokens_seen,
         "train_seconds": round(seconds, 1),

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from harness.errors import UserError
+from harness.recipes import nested_layout
 
 Item = TypeVar("Item")
 
@@ -69,17 +70,23 @@ def precision(model: torch.nn.Module, dtype: str, device: torch.device) -> conte
 
 
 def same_recipe(saved: dict, recipe: Any) -> bool:
-    """Whether a run saved with recipe `saved` (a dict) is a run of `recipe`. A field added since the
-    run started counts as its default: the run could not have set it."""
+    """Whether a run saved with recipe `saved` (a dict, in today's layout or the flat one recorded
+    before the optimizer block: `harness.recipes.nested_layout`) is a run of `recipe`. A field added
+    since the run started counts as its default: the run could not have set it; so does a key of the
+    optimizer block."""
+    saved = nested_layout(saved)
     fields = {f.name: f for f in dataclasses.fields(recipe)}
     if not set(saved) <= set(fields):
         return False
     current = dataclasses.asdict(recipe)
     for name, f in fields.items():
-        if name not in saved:
-            default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
-            if default is dataclasses.MISSING or current[name] != default:
-                return False
+        default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        if dataclasses.is_dataclass(default) and not isinstance(default, type):
+            default = dataclasses.asdict(default)
+            if isinstance(saved.get(name), dict):
+                saved = saved | {name: default | saved[name]}
+        if name not in saved and (default is dataclasses.MISSING or current[name] != default):
+            return False
     return all(saved[name] == current[name] for name in saved)
 
 
@@ -152,7 +159,7 @@ def _replace(path: Path, data: bytes) -> None:
 
 class TrainingRun:
     """The scaffolding of a resumable trainer that draws shuffled batches: AdamW over `parameters`
-    (the recipe's learning_rate and weight_decay), the noise and order generators (seeded
+    (the recipe's optimizer block: learning_rate and weight_decay), the noise and order generators (seeded
     `recipe.seed + 1` and `+ 2`), the shuffled pass over `count` items, and the state file at `path`
     that a re-run resumes from (one of another recipe is refused, saying `fix`).
 
@@ -172,7 +179,7 @@ class TrainingRun:
         self.recipe, self.path = recipe, path
         self.parameters = list(parameters)
         self.optimizer = torch.optim.AdamW(
-            self.parameters, lr=recipe.learning_rate, weight_decay=recipe.weight_decay, betas=betas
+            self.parameters, lr=recipe.optimizer.learning_rate, weight_decay=recipe.optimizer.weight_decay, betas=betas
         )
         self.noise = torch.Generator().manual_seed(recipe.seed + 1)
         self.order = torch.Generator().manual_seed(recipe.seed + 2)
@@ -186,24 +193,29 @@ class TrainingRun:
 
     @property
     def done(self) -> bool:
-        return self.step >= self.recipe.steps
+        return self.step >= self.recipe.optimizer.steps
 
     def batch(self, items: list[Item]) -> list[Item]:
-        """The next `recipe.batch_size` items of the shuffled passes (`next_batch`)."""
+        """The next `recipe.optimizer.batch_size` items of the shuffled passes (`next_batch`)."""
         chosen, self.permutation, self.cursor = next_batch(
-            items, self.permutation, self.cursor, self.recipe.batch_size, self.order
+            items, self.permutation, self.cursor, self.recipe.optimizer.batch_size, self.order
         )
         return chosen
 
     def optimize(self, loss: Tensor) -> None:
         """One optimizer step on `loss` at the schedule's learning rate for this step; counts the step."""
-        lr = warmup_cosine(self.recipe.learning_rate, self.recipe.warmup_steps, self.recipe.steps, self.step)
-        optimizer_step(self.optimizer, self.parameters, loss, lr, self.recipe.grad_clip)
+        lr = warmup_cosine(
+            self.recipe.optimizer.learning_rate,
+            self.recipe.optimizer.warmup_steps,
+            self.recipe.optimizer.steps,
+            self.step,
+        )
+        optimizer_step(self.optimizer, self.parameters, loss, lr, self.recipe.optimizer.grad_clip)
         self.step += 1
 
     def checkpoint_due(self) -> bool:
         """Whether the step just taken is one to save at: every `checkpoint_every` steps and the last."""
-        return self.step % self.recipe.checkpoint_every == 0 or self.step == self.recipe.steps
+        return self.step % self.recipe.optimizer.checkpoint_every == 0 or self.step == self.recipe.optimizer.steps
 
     def save(self, weights: dict[str, Any], **own: Any) -> None:
         """Save the run's state: the trainer's weights (e.g. `model=...`) and its own fields."""

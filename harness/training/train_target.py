@@ -19,18 +19,22 @@ import torch
 from tqdm import tqdm
 
 from harness.errors import UserError
-from harness.recipes import load_recipe
+from harness.recipes import Optimizer, load_recipe
 from harness.targets.families import family
 from harness.targets.model import DLMTransformer, ModelConfig, MoEConfig
 from harness.targets.target import DLMTarget
 from harness.training.ar_objective import AR_FAMILY, ar_loss, ar_model, save_ar_model
 from harness.training.loop import TrainingRun
 from harness.training.objective import Example, build_batch, diffusion_loss
-from harness.validation import Count, NonNegative, NonNegativeInt, Positive, Text, options_check
+from harness.validation import Count, NonNegativeInt, Text, options_check
 
 STATE_FILE = "train_state.pt"
 REPORT_FILE = "training.json"
 MODEL_DIR = "model"
+
+
+OPTIMIZER = Optimizer(steps=1000, batch_size=32, warmup_steps=50, weight_decay=0.01, checkpoint_every=100)
+"""A zoo target step takes 32 sequences; warmup 50 steps, a checkpoint every 100."""
 
 
 @dataclass(frozen=True)
@@ -46,13 +50,8 @@ class Recipe:
     block_length: Count = 32
     answer_length: Count = 128
     prompt_max_tokens: Count = 160
-    steps: Count = 1000
-    batch_size: Count = 32
-    learning_rate: Positive = 1e-3
-    warmup_steps: NonNegativeInt = 50
-    weight_decay: NonNegative = 0.01
-    grad_clip: Positive = 1.0
-    checkpoint_every: Count = 100
+    optimizer: Optimizer = OPTIMIZER
+    """Steps, minibatch, AdamW, schedule, clipping and checkpoints (`harness.recipes.Optimizer`)."""
     validation_examples: NonNegativeInt = 256
     tokenizer: Text = "zoo/tokenizer"
 
@@ -81,7 +80,7 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
     ar = recipe.family == AR_FAMILY
     spec = None if ar else family(recipe.family)
     validation, training = examples[: recipe.validation_examples], examples[recipe.validation_examples :]
-    if len(training) < recipe.batch_size:
+    if len(training) < recipe.optimizer.batch_size:
         raise UserError(f"recipe {recipe.name}: only {len(training)} training examples")
     torch.manual_seed(recipe.seed)
     model = (
@@ -98,7 +97,7 @@ def train(recipe: Recipe, examples: list[Example], tokenizer, out_dir: Path) -> 
     out_dir.mkdir(parents=True, exist_ok=True)
     ids = dict(mask_id=tokenizer.mask_token_id, pad_id=tokenizer.pad_token_id)
     model.train()
-    progress = tqdm(total=recipe.steps, initial=run.step, desc=f"train {recipe.name}", unit="step")
+    progress = tqdm(total=recipe.optimizer.steps, initial=run.step, desc=f"train {recipe.name}", unit="step")
     while not run.done:
         chosen = run.batch(training)
         if spec is None:  # family ar
@@ -141,8 +140,8 @@ def heldout_loss(model, examples: list[Example], recipe: Recipe, spec, ids: dict
     fixed noise, so runs compare."""
     noise = torch.Generator().manual_seed(12345)
     losses = []
-    for start in range(0, len(examples), recipe.batch_size):
-        chunk = examples[start : start + recipe.batch_size]
+    for start in range(0, len(examples), recipe.optimizer.batch_size):
+        chunk = examples[start : start + recipe.optimizer.batch_size]
         if spec is None:
             losses.append(ar_loss(model, chunk, tokenizer.eos_token_id, tokenizer.pad_token_id).item() * len(chunk))
             continue

@@ -34,14 +34,18 @@ from tqdm import tqdm
 
 from harness.decoding.autoregressive import ARConfig, ar_decode
 from harness.errors import UserError
-from harness.recipes import load_recipe
+from harness.recipes import Optimizer, load_recipe
 from harness.targets.ar import ARTarget
 from harness.training.loop import TrainingRun, precision, remove_state
-from harness.validation import Count, Counts, NonNegative, NonNegativeInt, Positive, Text, Texts
+from harness.validation import Count, Counts, NonNegativeInt, Positive, Text, Texts
 from proposers.psi.lora import META_FILE, GatedLoRAModel, save_drafter, weights_hash
 from proposers.psi.proposer import PsiLinear
 
 STATE_FILE = "train_state.pt"
+
+
+OPTIMIZER = Optimizer(steps=300, batch_size=8, warmup_steps=20, checkpoint_every=25)
+"""A drafter step takes 8 sequences; warmup 20 steps, a checkpoint every 25."""
 
 
 @dataclass(frozen=True)
@@ -57,19 +61,14 @@ class DrafterRecipe:
     alpha: Positive = 16.0
     curriculum: Counts = (2, 4, 8)
     """Noisy block sizes, each for an equal share of the steps; the last bounds B - 1 at inference."""
-    steps: Count = 300
-    batch_size: Count = 8
-    learning_rate: Positive = 1e-3
-    warmup_steps: NonNegativeInt = 20
-    weight_decay: NonNegative = 0.0
-    grad_clip: Positive = 1.0
+    optimizer: Optimizer = OPTIMIZER
+    """Steps, minibatch, AdamW, schedule, clipping and checkpoints (`harness.recipes.Optimizer`)."""
     prompt_max_tokens: Count = 256
     response_max_tokens: Count = 64
     """Longer responses are cut (the first tokens of an answer are where drafting starts)."""
     train_examples: NonNegativeInt = 0
     """At most this many training sequences (0: the whole train splits); the command then reads only
     the first `validation_prompts + train_examples` samples of each task."""
-    checkpoint_every: Count = 25
     validation_prompts: NonNegativeInt = 8
     validation_every: Count = 100
     validation_width: Count = 8
@@ -111,9 +110,10 @@ def training_data(
     random.Random(recipe.seed).shuffle(training)
     if recipe.train_examples:
         training = training[: recipe.train_examples]
-    if len(training) < recipe.batch_size:
+    if len(training) < recipe.optimizer.batch_size:
         raise UserError(
-            f"recipe {recipe.name}: only {len(training)} training sequences for batch size {recipe.batch_size}"
+            f"recipe {recipe.name}: only {len(training)} training sequences for optimizer batch_size "
+            f"{recipe.optimizer.batch_size}"
         )
     return training, validation
 
@@ -200,7 +200,7 @@ def probabilities(logits: Tensor) -> Tensor:
 
 
 def block_size(recipe: DrafterRecipe, step: int) -> int:
-    return recipe.curriculum[min(len(recipe.curriculum) - 1, step * len(recipe.curriculum) // recipe.steps)]
+    return recipe.curriculum[min(len(recipe.curriculum) - 1, step * len(recipe.curriculum) // recipe.optimizer.steps)]
 
 
 def validate(drafter: GatedLoRAModel, target: ARTarget, prompts: list[list[int]], recipe: DrafterRecipe) -> dict:
@@ -243,7 +243,7 @@ def train_drafter(
         curve, seconds = run.saved["curve"], run.saved["seconds"]
     out_dir.mkdir(parents=True, exist_ok=True)
     drafter.train()
-    progress = tqdm(total=recipe.steps, initial=run.step, desc=f"train-drafter {recipe.name}", unit="step")
+    progress = tqdm(total=recipe.optimizer.steps, initial=run.step, desc=f"train-drafter {recipe.name}", unit="step")
     losses: list[float] = []
     while not run.done:
         began = time.perf_counter()
@@ -259,7 +259,7 @@ def train_drafter(
         seconds += time.perf_counter() - began
         progress.update(1)
         progress.set_postfix(loss=f"{loss.item():.3f}")
-        if step % recipe.validation_every == 0 or step == recipe.steps:
+        if step % recipe.validation_every == 0 or step == recipe.optimizer.steps:
             point = {"step": step, "block": block_size(recipe, step - 1), "train_tv": sum(losses) / len(losses)}
             with autocast:
                 curve.append(point | validate(drafter, target, validation, recipe))

@@ -57,27 +57,34 @@ class Run:
 
 
 def train_steps(recipe: Any, run: Run, depths: Tensor, loss_of: Callable[[Tensor], Tensor]) -> int:
-    """Train `run.net` (resuming from `run.state_path`) until `recipe.steps`; returns the steps taken.
+    """Train `run.net` (resuming from `run.state_path`) until `recipe.optimizer.steps`; returns the steps taken.
     `depths` are the training examples' tree depths (they set the draw); `loss_of(index)` is the
     method's mean loss on the examples at `index`."""
-    optimizer = torch.optim.AdamW(run.parameters, lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
+    optimizer = torch.optim.AdamW(
+        run.parameters, lr=recipe.optimizer.learning_rate, weight_decay=recipe.optimizer.weight_decay
+    )
     order = torch.Generator().manual_seed(run.training_seed + 1)
     state = resumed(run.state_path, recipe, run.net, optimizer, order)
     step = state["step"] if state is not None else 0
     run.extras.start(state, step)
     draw = recipe.depth_decay ** depths.double()
-    progress = tqdm(total=recipe.steps, initial=step, desc=f"train {recipe.name}", unit="step")
+    progress = tqdm(total=recipe.optimizer.steps, initial=step, desc=f"train {recipe.name}", unit="step")
     run.net.train()
-    while step < recipe.steps:
-        index = torch.multinomial(draw, recipe.batch_size, replacement=True, generator=order)
+    while step < recipe.optimizer.steps:
+        index = torch.multinomial(draw, recipe.optimizer.batch_size, replacement=True, generator=order)
         loss = loss_of(index)
-        lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, run.extras.schedule_step(step))
-        optimizer_step(optimizer, run.parameters, loss, lr, grad_clip=1.0)
+        lr = warmup_cosine(
+            recipe.optimizer.learning_rate,
+            recipe.optimizer.warmup_steps,
+            recipe.optimizer.steps,
+            run.extras.schedule_step(step),
+        )
+        optimizer_step(optimizer, run.parameters, loss, lr, grad_clip=recipe.optimizer.grad_clip)
         step += 1
         run.extras.after_step(step)
         progress.update(1)
         progress.set_postfix(loss=f"{loss.item():.3f}")
-        if step % recipe.checkpoint_every == 0 or step == recipe.steps:
+        if step % recipe.optimizer.checkpoint_every == 0 or step == recipe.optimizer.steps:
             own = dict(
                 recipe=dataclasses.asdict(recipe),
                 model=run.net.state_dict(),

@@ -11,14 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from harness.recipes import load_recipe
+from harness.recipes import Optimizer, load_recipe
 from harness.validation import (
     Count,
     Fraction,
-    NonNegative,
-    NonNegativeInt,
     OptionalSeed,
-    Positive,
     Seed,
     Temperatures,
     Text,
@@ -28,6 +25,10 @@ from proposers.spot.network import SpotConfig
 
 SpotOptions = Annotated[dict, options_check(SpotConfig)]
 """A recipe's `model:` mapping: `SpotConfig` fields."""
+
+
+OPTIMIZER = Optimizer(steps=1500, batch_size=256, warmup_steps=100, weight_decay=0.01, checkpoint_every=250)
+"""A SPOT step draws 256 examples (tree nodes); warmup 100 steps, a checkpoint every 250."""
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,8 @@ class SpotRecipe:
     gen_length: Count = 64
     block_length: Count = 32
     seed: Seed = 0
-    steps: Count = 1500
-    batch_size: Count = 256
-    learning_rate: Positive = 1e-3
-    warmup_steps: NonNegativeInt = 100
+    optimizer: Optimizer = OPTIMIZER
+    """Steps, minibatch, AdamW, schedule, clipping and checkpoints (`harness.recipes.Optimizer`)."""
     depth_decay: float = 1.0
     """Examples are drawn with probability proportional to depth_decay ** depth. Every tree path starts
     at depth 0 and a node's share of the walk falls with its depth, while a view yields up to
@@ -67,9 +66,7 @@ class SpotRecipe:
     """With teachers, the loss is (1 - w) * the recorded commits' NLL + w * the cross-entropy from
     the teachers' mixture over (next position, token outcome), the pair whose probability the tree
     multiplies along a path."""
-    weight_decay: NonNegative = 0.01
     validation_fraction: Fraction = 0.1
-    checkpoint_every: Count = 250
     model: SpotOptions = field(default_factory=dict)
     """`SpotConfig` fields."""
 
@@ -78,8 +75,10 @@ class SpotRecipe:
         object.__setattr__(self, "teachers", tuple(self.teachers))
         if not 0 < self.depth_decay <= 1:
             raise ValueError(f"depth_decay must be in (0, 1], not {self.depth_decay}")
-        if self.average_from is not None and not 0 <= self.average_from < self.steps:
-            raise ValueError(f"average_from must be a step in [0, steps) = [0, {self.steps}), not {self.average_from}")
+        if self.average_from is not None and not 0 <= self.average_from < self.optimizer.steps:
+            raise ValueError(
+                f"average_from must be a step in [0, steps) = [0, {self.optimizer.steps}), not {self.average_from}"
+            )
         if not 0 <= self.distill_weight <= 1:
             raise ValueError(f"distill_weight must be in [0, 1], not {self.distill_weight}")
 

@@ -20,15 +20,12 @@ import torch
 from torch import Tensor, nn
 
 from harness.errors import UserError
-from harness.recipes import load_recipe
+from harness.recipes import Optimizer, load_recipe
 from harness.targets.target import DLMTarget
 from harness.validation import (
     Count,
     Fraction,
-    NonNegative,
-    NonNegativeInt,
     OptionalSeed,
-    Positive,
     Seed,
     Temperatures,
     Text,
@@ -40,6 +37,7 @@ from proposers.spot.features import CONFIDENCE, LOG_ODDS, MASKED, TOP
 from proposers.spot.loop import STATE_FILE, Extras, Run, train_steps
 from proposers.spot.network import CONFIG_FILE as SPOT_CONFIG_FILE
 from proposers.spot.network import SpotConfig, SpotEncoder
+from proposers.spot.recipe import OPTIMIZER as SPOT_OPTIMIZER
 from proposers.spot.recipe import SpotOptions
 from proposers.spot.training import checkpoint_at, examples_where
 from proposers.spot_sets.collection import SetViews, collect_all
@@ -71,10 +69,8 @@ class SpotSetsRecipe:
     gen_length: Count = 64
     block_length: Count = 32
     seed: Seed = 0
-    steps: Count = 1500
-    batch_size: Count = 256
-    learning_rate: Positive = 1e-3
-    warmup_steps: NonNegativeInt = 100
+    optimizer: Optimizer = SPOT_OPTIMIZER
+    """Steps, minibatch, AdamW, schedule, clipping and checkpoints (`harness.recipes.Optimizer`)."""
     depth_decay: Fraction = 0.85
     """As in `SpotRecipe`: examples drawn with probability depth_decay ** depth (0 is refused)."""
     training_seed: OptionalSeed = None
@@ -84,9 +80,7 @@ class SpotSetsRecipe:
     """Names (or name prefixes) of the only parameters that train, e.g. [tau_project, commit_head,
     commit_weight]: with a SPOT `init_checkpoint`, the trunk and the argmax and token heads SPOT learned
     from far more generations stay as they are. None: every parameter trains."""
-    weight_decay: NonNegative = 0.01
     validation_fraction: Fraction = 0.1
-    checkpoint_every: Count = 250
     eval_every: Count = 250
     model: SpotOptions = field(default_factory=dict)
 
@@ -276,7 +270,7 @@ def train(
             curve[:] = [{"step": 0} | evaluate(net.eval(), probe, recipe.tau)]
 
     def after_step(step: int) -> None:
-        if step % recipe.eval_every == 0 or step == recipe.steps:
+        if step % recipe.eval_every == 0 or step == recipe.optimizer.steps:
             curve.append({"step": step} | evaluate(net.eval(), probe, recipe.tau))
             net.train()
 

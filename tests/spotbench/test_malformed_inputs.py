@@ -35,12 +35,13 @@ RUN = [
     "out",
 ]
 TARGET_RECIPE = (
-    "name: t\nfamily: sdar\ntasks: [arith]\nsteps: 2\n"
+    "name: t\nfamily: sdar\ntasks: [arith]\noptimizer: {steps: 2}\n"
     "model: {hidden_size: 32, intermediate_size: 64, num_layers: 1, num_heads: 2, num_kv_heads: 1, "
     "head_dim: 16}\n"
 )
 SPOT_RECIPE = (
-    "name: t\ntarget: tiny-random:sdar\ntasks: {arith: 2}\nsteps: 2\nmodel: {width: 16, layers: 1, heads: 2, ffn: 32}\n"
+    "name: t\ntarget: tiny-random:sdar\ntasks: {arith: 2}\noptimizer: {steps: 2}\n"
+    "model: {width: 16, layers: 1, heads: 2, ffn: 32}\n"
 )
 NOT_UTF8 = b"models: [caf\xe9]\n"
 SDAR_CONFIG = json.loads((model_dir("sdar-a") / "config.json").read_text())
@@ -261,18 +262,18 @@ CASES = {
     ),
     "target-steps-text": Case(
         ["train-target", "recipe.yaml", "--out", "out"],
-        "steps must be a whole number >= 1",
-        replaced("target", "steps: many"),
+        "optimizer: steps must be a whole number >= 1",
+        replaced("target", "optimizer: {steps: many}"),
     ),
     "target-learning-rate-text": Case(
         ["train-target", "recipe.yaml", "--out", "out"],
-        "learning_rate must be a finite number > 0",
-        replaced("target", "learning_rate: fast"),
+        "optimizer: learning_rate must be a finite number > 0",
+        replaced("target", "optimizer: {learning_rate: fast}"),
     ),
     "target-batch-size-0": Case(
         ["train-target", "recipe.yaml", "--out", "out"],
-        "batch_size must be a whole number >= 1",
-        replaced("target", "batch_size: 0"),
+        "optimizer: batch_size must be a whole number >= 1",
+        replaced("target", "optimizer: {batch_size: 0}"),
     ),
     "target-tasks-not-list": Case(
         ["train-target", "recipe.yaml", "--out", "out"], "tasks must be a list", replaced("target", "tasks: arith")
@@ -478,20 +479,20 @@ def test_malformed_input_is_one_clear_line(case: Case, tmp_path, monkeypatch, ca
         ("limit", "--limit", "0", "limit: 0"),
         ("batch_sizes", "--batch-size", "0", "batch_sizes: [0]"),
         ("workers", "--workers", "0", "workers: 0"),
-        ("steps", "--steps", "-5", "steps: -5"),
+        ("steps", "--steps", "-5", "optimizer: {steps: -5}"),
     ],
 )
 def test_a_flag_and_a_file_line_give_the_same_message(name, flag, value, line, tmp_path, monkeypatch, capsys) -> None:
     """One validator per setting: only the named source differs (the flag, or the file and key)."""
     monkeypatch.chdir(tmp_path)
     if name == "steps":
-        Path("recipe.yaml").write_text(TARGET_RECIPE.replace("steps: 2", line))
+        Path("recipe.yaml").write_text(TARGET_RECIPE.replace("optimizer: {steps: 2}", line))
         Path("good.yaml").write_text(TARGET_RECIPE)
         from_file, from_flag = (
             ["train-target", "recipe.yaml", "--out", "out"],
             ["train-target", "good.yaml", "--out", "out", flag, value],
         )
-        where = "recipe recipe.yaml"
+        where = "recipe recipe.yaml: optimizer"  # a setting of the recipe's optimizer block
     else:
         Path("suite.yaml").write_text(line + "\n")
         from_file, from_flag = ["run", "--suite", "suite.yaml"], [*RUN, flag, value]

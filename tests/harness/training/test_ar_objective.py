@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 
 from harness.errors import UserError
+from harness.recipes import Optimizer
 from harness.targets.ar import ARTarget
 from harness.targets.registry import load_target, target_kind
 from harness.targets.tiny import byte_tokenizer
@@ -19,11 +20,9 @@ RECIPE = Recipe(
     tasks=[],
     seed=3,
     answer_length=16,
-    steps=4,
-    batch_size=4,
-    learning_rate=3e-3,
-    warmup_steps=1,
-    checkpoint_every=2,
+    optimizer=Optimizer(
+        steps=4, batch_size=4, learning_rate=3e-3, warmup_steps=1, weight_decay=0.01, checkpoint_every=2
+    ),
     validation_examples=4,
     model=dict(
         hidden_size=32,

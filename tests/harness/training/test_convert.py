@@ -11,6 +11,7 @@ import torch
 import yaml
 
 from harness.errors import UserError
+from harness.recipes import OPTIMIZER_FIELDS
 from harness.targets import adapter
 from harness.targets.ar import tiny_random_ar
 from harness.targets.converted import (
@@ -23,7 +24,7 @@ from harness.targets.converted import (
 )
 from harness.training import convert as convert_module
 from harness.training import loop
-from harness.training.convert import ConvertRecipe, start_from_adapter, train_conversion
+from harness.training.convert import OPTIMIZER, ConvertRecipe, start_from_adapter, train_conversion
 from harness.training.loop import state_files
 from harness.training.masked_blocks import Sequence, layout
 
@@ -131,15 +132,12 @@ def _recipe(**changes: Any) -> ConvertRecipe:
         block_length=4,
         rank=4,
         alpha=8.0,
-        steps=4,
-        batch_size=4,
-        learning_rate=1e-2,
-        warmup_steps=1,
         validation_examples=4,
         validation_every=2,
-        checkpoint_every=1,
     )
-    return ConvertRecipe(**(fields | changes))
+    optimizer = {"steps": 4, "batch_size": 4, "learning_rate": 1e-2, "warmup_steps": 1, "checkpoint_every": 1}
+    optimizer |= {name: changes.pop(name) for name in list(changes) if name in OPTIMIZER_FIELDS}
+    return ConvertRecipe(**(fields | changes), optimizer=dataclasses.replace(OPTIMIZER, **optimizer))
 
 
 def test_an_interrupted_conversion_resumes_bit_identically(tmp_path, monkeypatch) -> None:
@@ -232,7 +230,7 @@ def test_an_unknown_architecture_is_refused() -> None:
 def test_every_recipe_field_is_read_from_yaml_and_an_unknown_key_is_one_line(tmp_path) -> None:
     (tmp_path / "init").mkdir()
     (tmp_path / "init" / CONVERTED_FILE).write_text("{}")  # what init_adapter's check looks for
-    values = {
+    values: dict[str, Any] = {
         "name": "every-field",
         "tasks": ["arith", "gsm8k"],
         "base": "tiny-random-ar:2",
@@ -241,18 +239,20 @@ def test_every_recipe_field_is_read_from_yaml_and_an_unknown_key_is_one_line(tmp
         "rank": 2,
         "alpha": 4.0,
         "seed": 3,
-        "steps": 9,
-        "batch_size": 2,
-        "learning_rate": 0.5,
-        "warmup_steps": 1,
-        "weight_decay": 0.1,
-        "grad_clip": 0.5,
+        "optimizer": {
+            "steps": 9,
+            "batch_size": 2,
+            "learning_rate": 0.5,
+            "warmup_steps": 1,
+            "weight_decay": 0.1,
+            "grad_clip": 0.5,
+            "checkpoint_every": 4,
+        },
         "prompt_max_tokens": 64,
         "answer_max_tokens": 32,
         "train_examples": 5,
         "validation_examples": 2,
         "validation_every": 3,
-        "checkpoint_every": 4,
         "dtype": "bfloat16",
         "init_adapter": str(tmp_path / "init"),
     }
@@ -262,8 +262,11 @@ def test_every_recipe_field_is_read_from_yaml_and_an_unknown_key_is_one_line(tmp
     path.write_text(yaml.safe_dump(values))
     recipe = ConvertRecipe.load(path)
     for f in fields:  # each value is not the field's default, so a field the loader drops fails
-        assert getattr(recipe, f.name) == values[f.name] != f.default, f.name
-    assert ConvertRecipe.load(path, steps=11).steps == 11
+        value = getattr(recipe, f.name)
+        assert (dataclasses.asdict(value) if f.name == "optimizer" else value) == values[f.name] != f.default, f.name
+    for name, value in values["optimizer"].items():  # nor the default of any field of the optimizer block
+        assert value != getattr(OPTIMIZER, name), name
+    assert ConvertRecipe.load(path, steps=11).optimizer.steps == 11
     path.write_text(yaml.safe_dump(values | {"block_lenght": 4}))
     with pytest.raises(UserError) as error:
         ConvertRecipe.load(path)

@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from harness.errors import UserError
+from harness.recipes import Optimizer
 from harness.targets.registry import load_dlm_target
 from harness.targets.tiny import byte_tokenizer
 from harness.training.objective import Example
@@ -20,11 +21,9 @@ RECIPE = Recipe(
     seed=3,
     block_length=8,
     answer_length=16,
-    steps=6,
-    batch_size=4,
-    learning_rate=3e-3,
-    warmup_steps=2,
-    checkpoint_every=3,
+    optimizer=Optimizer(
+        steps=6, batch_size=4, learning_rate=3e-3, warmup_steps=2, weight_decay=0.01, checkpoint_every=3
+    ),
     validation_examples=4,
     model=dict(
         hidden_size=32,
@@ -88,7 +87,12 @@ def test_a_run_folder_of_another_recipe_is_refused(tmp_path) -> None:
     tokenizer = byte_tokenizer()
     train(RECIPE, _examples(tokenizer), tokenizer, tmp_path / "run")
     with pytest.raises(UserError, match="different recipe"):
-        train(dataclasses.replace(RECIPE, steps=7), _examples(tokenizer), tokenizer, tmp_path / "run")
+        train(
+            dataclasses.replace(RECIPE, optimizer=dataclasses.replace(RECIPE.optimizer, steps=7)),
+            _examples(tokenizer),
+            tokenizer,
+            tmp_path / "run",
+        )
 
 
 def test_bad_recipe_files_are_one_line_errors(tmp_path) -> None:

@@ -17,10 +17,8 @@ base: tiny-random-ar
 tasks: [arith]
 rank: 2
 curriculum: [2, 4]
-steps: 4
-batch_size: 2
+optimizer: {steps: 4, batch_size: 2, checkpoint_every: 2}
 train_examples: 8
-checkpoint_every: 2
 validation_prompts: 1
 validation_every: 2
 validation_width: 3

@@ -2,25 +2,23 @@
 resumes bit for bit with what the method keeps beside the network, and a run folder of another recipe
 is refused."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 import torch
 
 from harness.errors import UserError
+from harness.recipes import Optimizer
 from proposers.spot.loop import Extras, Run, train_steps
 
 
 @dataclass(frozen=True)
 class Recipe:
     name: str = "toy"
-    steps: int = 6
-    batch_size: int = 4
-    learning_rate: float = 0.1
-    warmup_steps: int = 1
-    weight_decay: float = 0.01
     depth_decay: float = 0.5
-    checkpoint_every: int = 2
+    optimizer: Optimizer = field(
+        default_factory=lambda: Optimizer(steps=6, batch_size=4, learning_rate=0.1, warmup_steps=1, checkpoint_every=2)
+    )
 
 
 class Interrupted(Exception):
@@ -74,4 +72,4 @@ def test_a_run_folder_of_another_recipe_is_refused(tmp_path) -> None:
     net = torch.nn.Linear(3, 1)
     other = Run(net, list(net.parameters()), 0, tmp_path / "run" / "train_state.pt")
     with pytest.raises(UserError, match="holds a run of a different recipe; use a new --run-dir"):
-        train_steps(Recipe(steps=7), other, torch.zeros(16), lambda i: net(torch.ones(len(i), 3)).sum())
+        train_steps(Recipe(depth_decay=0.25), other, torch.zeros(16), lambda i: net(torch.ones(len(i), 3)).sum())

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.recipes import OPTIMIZER_FIELDS, nested_layout
 from harness.targets.registry import load_dlm_target
 from harness.validation import read_mapping
 from proposers.spot.collection import DATA_FILE, Views, collect, recipe_jobs
 from proposers.spot.network import CONFIG_FILE, WEIGHTS_FILE, SpotConfig, load_spot
-from proposers.spot.recipe import SpotRecipe
+from proposers.spot.recipe import OPTIMIZER, SpotRecipe
 from proposers.spot.training import train
 from tasks.registry import train_prompts
 
@@ -26,7 +27,9 @@ def jobs_for(recipe: SpotRecipe, target) -> list:
 
 
 def tiny_recipe(**fields) -> SpotRecipe:
-    """A recipe that collects and trains in seconds on a tiny target; `fields` override its values."""
+    """A recipe that collects and trains in seconds on a tiny target; `fields` override its values
+    (those of the optimizer block by their names too)."""
+    steps = {name: fields.pop(name) for name in list(fields) if name in OPTIMIZER_FIELDS}
     recipe = SpotRecipe(
         name="t",
         target="tiny-random:sdar",
@@ -34,9 +37,7 @@ def tiny_recipe(**fields) -> SpotRecipe:
         temperatures=(0.0,),
         gen_length=16,
         block_length=8,
-        steps=2,
-        batch_size=8,
-        warmup_steps=1,
+        optimizer=dataclasses.replace(OPTIMIZER, **({"steps": 2, "batch_size": 8, "warmup_steps": 1} | steps)),
         validation_fraction=0.5,
         model={"width": 16, "layers": 1, "heads": 2, "ffn": 32},
     )
@@ -58,7 +59,7 @@ def test_training_is_deterministic_and_records_provenance(tmp_path):
     reloaded = train(recipe, target, jobs_for(recipe, target), tmp_path / "run1", tmp_path / "out3")
     assert reloaded["validation"] == first["validation"]
     assert load_spot(tmp_path / "out1").config.width == 16
-    changed = dataclasses.replace(recipe, learning_rate=0.5)
+    changed = dataclasses.replace(recipe, optimizer=dataclasses.replace(recipe.optimizer, learning_rate=0.5))
     with pytest.raises(Exception, match="different recipe"):
         train(changed, target, jobs_for(changed, target), tmp_path / "run1", tmp_path / "out4")
 
@@ -96,7 +97,7 @@ def test_a_run_saved_before_a_recipe_field_existed_resumes_as_its_default(tmp_pa
     del state["recipe"]["teachers"], state["recipe"]["distill_weight"]  # as saved before they existed
     torch.save(state, state_path)
     resumed = train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "resumed")
-    assert resumed["steps"] == recipe.steps
+    assert resumed["steps"] == recipe.optimizer.steps
     assert (tmp_path / "resumed" / WEIGHTS_FILE).read_bytes() == (tmp_path / "out" / WEIGHTS_FILE).read_bytes()
     taught = dataclasses.replace(recipe, teachers=(str(tmp_path / "out"),))
     with pytest.raises(UserError, match="different recipe"):
@@ -136,7 +137,7 @@ def test_a_run_folder_refuses_data_collected_for_another_recipe(tmp_path):
     more_prompts = dataclasses.replace(recipe, tasks={"arith": 3})
     with pytest.raises(UserError, match=r"collected for another .* use a new --run-dir"):
         train(more_prompts, target, jobs_for(more_prompts, target), tmp_path / "run", tmp_path / "out2")
-    longer = dataclasses.replace(recipe, steps=2)
+    longer = tiny_recipe(steps=2)
     assert train(longer, target, jobs_for(longer, target), tmp_path / "run", tmp_path / "out3")["steps"] == 2
 
 
@@ -167,7 +168,10 @@ def test_depth_decay_draws_shallow_examples_more_often(tmp_path, monkeypatch) ->
     "line, error",
     [
         ("depth_decay: 0", r"depth_decay must be in \(0, 1\], not 0"),
-        ("steps: 10\naverage_from: 10", r"average_from must be a step in \[0, steps\) = \[0, 10\), not 10"),
+        (
+            "optimizer: {steps: 10}\naverage_from: 10",
+            r"average_from must be a step in \[0, steps\) = \[0, 10\), not 10",
+        ),
         ("distill_weight: 1.5", r"distill_weight must be in \[0, 1\], not 1.5"),
         ("temperatures: [0, 1e30]", r"temperatures"),
         ("temperatures: [0, 1e-9]", r"temperatures"),
@@ -188,7 +192,7 @@ def test_init_checkpoint_starts_the_run_from_its_weights(tmp_path):
     recipe = tiny_recipe()
     target = load_dlm_target(recipe.target)
     train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "start")
-    frozen = dataclasses.replace(recipe, init_checkpoint=str(tmp_path / "start"), learning_rate=0.0, training_seed=1)
+    frozen = tiny_recipe(init_checkpoint=str(tmp_path / "start"), learning_rate=0.0, training_seed=1)
     report = train(frozen, target, jobs_for(frozen, target), tmp_path / "run-frozen", tmp_path / "frozen")
     assert (tmp_path / "frozen" / WEIGHTS_FILE).read_bytes() == (tmp_path / "start" / WEIGHTS_FILE).read_bytes()
     started = report["provenance"]["init_checkpoint"]
@@ -340,8 +344,9 @@ def test_every_committed_checkpoint_loads_and_its_recipe_is_committed():
     checkpoints = sorted(meta.parent for meta in ZOO_PROPOSERS.rglob(CONFIG_FILE))
     assert len(checkpoints) >= 4
     for folder in checkpoints:
-        recorded = json.loads((folder / CONFIG_FILE).read_text())["recipe"]
+        recorded = nested_layout(json.loads((folder / CONFIG_FILE).read_text())["recipe"])  # flat before the block
         assert recorded["name"] in recipes, folder
         committed = recipes[recorded["name"]]
+        committed |= {"optimizer": {k: committed["optimizer"][k] for k in recorded["optimizer"]}}
         assert {k: committed.get(k) for k in recorded} == recorded, folder
         assert load_spot(folder).config == SpotConfig(**recorded["model"]), folder

@@ -12,11 +12,12 @@ import torch
 from harness.decoding import DecodeConfig, Rule, parse_rule, plain_decode
 from harness.decoding.noise import NoiseSource
 from harness.errors import UserError
-from harness.recipes import load_recipe
+from harness.recipes import OPTIMIZER_FIELDS, load_recipe
 from harness.targets.registry import load_dlm_target
 from proposers.spot.collection import recipe_jobs
 from proposers.spot.features import MASKED
 from proposers.spot.network import SpotConfig, SpotNet, save_spot
+from proposers.spot.recipe import OPTIMIZER
 from proposers.spot_sets.calibration import fit_calibration
 from proposers.spot_sets.collection import NOT_COMMITTED, SetViews, collect
 from proposers.spot_sets.network import CONFIG_FILE, WEIGHTS_FILE, Calibration, SpotSetsNet, load_spot_sets
@@ -30,6 +31,7 @@ TINY_MODEL = {"width": 16, "layers": 1, "heads": 2, "ffn": 32}
 def tiny_recipe(**fields) -> SpotSetsRecipe:
     """A recipe that collects and trains in seconds on a tiny target (a tau the random target's
     confidences cross at times, so sets of several positions occur); `fields` override it."""
+    steps = {name: fields.pop(name) for name in list(fields) if name in OPTIMIZER_FIELDS}
     recipe = SpotSetsRecipe(
         name="t",
         target="tiny-random:sdar",
@@ -38,9 +40,7 @@ def tiny_recipe(**fields) -> SpotSetsRecipe:
         temperatures=(0.0,),
         gen_length=16,
         block_length=8,
-        steps=2,
-        batch_size=8,
-        warmup_steps=1,
+        optimizer=dataclasses.replace(OPTIMIZER, **({"steps": 2, "batch_size": 8, "warmup_steps": 1} | steps)),
         validation_fraction=0.5,
         eval_every=1,
         model=TINY_MODEL,
@@ -127,7 +127,13 @@ def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path):
     recipe = tiny_recipe(steps=4, checkpoint_every=2, eval_every=2)
     target = load_dlm_target(recipe.target)
     whole = train(recipe, target, jobs_for(recipe, target), tmp_path / "whole", tmp_path / "a")
-    train(dataclasses.replace(recipe, steps=2), target, jobs_for(recipe, target), tmp_path / "half", tmp_path / "x")
+    train(
+        tiny_recipe(steps=2, checkpoint_every=2, eval_every=2),
+        target,
+        jobs_for(recipe, target),
+        tmp_path / "half",
+        tmp_path / "x",
+    )
     state = torch.load(tmp_path / "half" / "train_state.pt", weights_only=False)
     state["recipe"] = dataclasses.asdict(recipe)  # as if the same recipe had stopped at step 2
     torch.save(state, tmp_path / "half" / "train_state.pt")

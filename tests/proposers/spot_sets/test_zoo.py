@@ -14,9 +14,11 @@ import torch
 from cluster.suite import build_suite, load_suite
 from harness.decoding import DecodeConfig, parse_rule, plain_decode, speculative_decode
 from harness.errors import UserError
+from harness.recipes import nested_layout
 from harness.targets.registry import load_target
 from harness.targets.zoo import zoo_names
 from proposers import build_proposer, check_arm_for_model, check_proposer
+from proposers.spot.recipe import OPTIMIZER
 from proposers.spot_sets.network import CONFIG_FILE, DEFAULT_CHECKPOINT, WEIGHTS_FILE, read_calibration, read_meta
 from proposers.spot_sets.training import SpotSetsRecipe
 
@@ -42,12 +44,17 @@ def test_every_committed_spot_sets_checkpoint_is_its_committed_recipes():
     folders = sorted(meta.parent for meta in ZOO_PROPOSERS.rglob(CONFIG_FILE))
     assert folders
     for folder in folders:
-        recorded = read_meta(folder)["recipe"]  # fields added since it was trained are at their defaults
+        # recorded in the flat layout of before the optimizer block; fields added since are at their defaults
+        recorded = nested_layout(read_meta(folder)["recipe"])
         committed = recipes[recorded["name"]]
-        assert {k: committed.get(k) for k in recorded} == recorded, folder
-        defaults = json.loads(json.dumps(dataclasses.asdict(SpotSetsRecipe(**{k: committed[k] for k in recorded}))))
+        optimizer = {k: committed["optimizer"][k] for k in recorded["optimizer"]}
+        assert {k: committed.get(k) for k in recorded} | {"optimizer": optimizer} == recorded, folder
+        fields = {k: committed[k] for k in recorded} | {
+            "optimizer": dataclasses.replace(OPTIMIZER, **recorded["optimizer"])
+        }
+        defaults = json.loads(json.dumps(dataclasses.asdict(SpotSetsRecipe(**fields))))
         assert committed == defaults, folder
-        assert [point["step"] for point in read_meta(folder)["curve"]][-1] == recorded["steps"]
+        assert [point["step"] for point in read_meta(folder)["curve"]][-1] == recorded["optimizer"]["steps"]
 
 
 @pytest.mark.slow

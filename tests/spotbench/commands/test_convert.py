@@ -116,8 +116,7 @@ def test_an_out_folder_that_holds_something_else_is_refused(tmp_path, capsys) ->
 TINY = """name: c
 base: tiny-random-ar:1
 tasks: [arith]
-steps: 1
-batch_size: 2
+optimizer: {steps: 1, batch_size: 2}
 validation_examples: 2
 """
 

@@ -16,9 +16,7 @@ tasks: {arith: 2}
 temperatures: [0.0]
 gen_length: 16
 block_length: 8
-steps: 2
-batch_size: 8
-warmup_steps: 1
+optimizer: {steps: 2, batch_size: 8, warmup_steps: 1}
 validation_fraction: 0.5
 model: {width: 16, layers: 1, heads: 2, ffn: 32}
 """
