@@ -112,7 +112,7 @@ def checkpoint_files(folder: Path) -> list[Path]:
 
 def proposer_files(spec: str) -> list[Path]:
     """Every file of the checkpoint folder a proposer spec reads (none for training-free proposers)."""
-    from harness.targets.zoo import ZOO_DIR
+    from harness.bundled import ZOO_DIR, find
     from proposers import registry
 
     name, _, argument = spec.partition(":")
@@ -124,7 +124,7 @@ def proposer_files(spec: str) -> list[Path]:
         folder = registry.zoo_folder(argument or None, registry.DEFAULT_GRAPH)
     elif name in ("psi-linear", "psi-tree"):  # DIR[:settings], or a folder name under zoo/drafters/
         where = argument.partition(":")[0]
-        folder = Path(where) if Path(where).exists() else ZOO_DIR / "drafters" / where
+        folder = find(where, ZOO_DIR / "drafters")
     elif name == "draft-model":
         return model_files(argument)
     else:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+from harness.bundled import ZOO_DIR, find
 from harness.decoding import Generation, Proposer
 from harness.decoding.ar_rejection import COUPLED
 from harness.decoding.autoregressive import ARProposer
@@ -39,7 +40,7 @@ from harness.pipeline import AUTO, Arm
 from harness.targets.ar import ARTarget
 from harness.targets.registry import target_kind
 from harness.targets.target import DLMTarget
-from harness.targets.zoo import ZOO_DIR, model_dir, zoo_names
+from harness.targets.zoo import model_dir, zoo_names
 from proposers.baselines.confidence import ConfidenceProposer
 from proposers.baselines.draft_model import build_draft_model, check_draft_fits, check_draft_name
 from proposers.baselines.oracle import AROracleProposer, OracleProposer
@@ -311,10 +312,7 @@ def build_proposer(spec: str, target: DLMTarget | ARTarget, plain: Generation) -
 def zoo_folder(argument: str | None, default: str) -> Path:
     """The folder `name:argument` names: a path, or a folder name under zoo/proposers/ (`default`
     without an argument). The caller checks what it holds."""
-    folder = Path(argument) if argument else ZOO_DIR / "proposers" / default
-    if argument and not folder.exists() and (ZOO_DIR / "proposers" / argument).exists():
-        folder = ZOO_DIR / "proposers" / argument
-    return folder
+    return find(argument, ZOO_DIR / "proposers") if argument else ZOO_DIR / "proposers" / default
 
 
 def spot_folder(argument: str | None) -> Path:

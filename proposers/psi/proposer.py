@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from harness.bundled import ZOO_DIR, find
 from harness.decoding import DraftTree, Transition
 from harness.decoding.ar_rejection import DraftChain
 from harness.decoding.autoregressive import ARDraftRequest, DraftForwards
@@ -41,7 +42,6 @@ from harness.decoding.rules import candidate_scores
 from harness.decoding.tree import DraftNode
 from harness.errors import UserError
 from harness.targets.ar import ARSession, ARTarget, folder_of, kv_layers
-from harness.targets.zoo import ZOO_DIR
 from proposers.psi.lora import GatedLoRAModel, load_drafter, read_meta
 
 
@@ -188,9 +188,7 @@ def parse_psi(name: str, argument: str | None) -> PsiSpec:
     if not argument:
         raise UserError(f"proposer {name} needs a drafter folder: {name}:DIR (spotbench train-drafter writes one)")
     where, _, settings = argument.partition(":")
-    folder = Path(where)
-    if not folder.exists() and (DRAFTERS_DIR / where).exists():
-        folder = DRAFTERS_DIR / where
+    folder = find(where, DRAFTERS_DIR)
     meta = read_meta(folder)
     options: dict[str, int] = {}
     for item in filter(None, settings.split(",")):
