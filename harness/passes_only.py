@@ -56,9 +56,6 @@ REPLAYED = "replayed"
 UNIT_PROMPTS = 32
 """Prompts per worker unit of a passes-only run at least: its sample is drawn per unit, so larger
 units decode fewer prompts for real."""
-WALL_FIELDS = tuple(
-    f"{side}_{part}_s" for side in ("plain", "spec") for part in ("wall", "target", "proposer", "other")
-)
 
 
 def check_passes_only(models: Sequence[str], flag: str = "--passes-only") -> None:
@@ -147,7 +144,14 @@ def replayed_row(row: Row, spec: Generation, seconds: float) -> Row:
     """A row of replayed passes: no wall time of its own, no exactness check (the plain trajectory)."""
     return dataclasses.replace(
         row,
-        **dict.fromkeys(WALL_FIELDS, 0.0),
+        plain_wall_s=0.0,
+        plain_target_s=0.0,
+        plain_proposer_s=0.0,
+        plain_other_s=0.0,
+        spec_wall_s=0.0,
+        spec_target_s=0.0,
+        spec_proposer_s=0.0,
+        spec_other_s=0.0,
         speedup_wall=None,
         exact=None,
         verdict=REPLAYED,
@@ -169,8 +173,10 @@ def checked_row(row: Row, plain: Generation, spec: Generation, seconds: float, e
         row.spec_target_forwards,
         row.plain_target_forwards,
     )
-    broken = {"exact": False, "verdict": "logic-error"} if exact_mode and differs else {}
-    return dataclasses.replace(row, replay_nfe=spec.metrics.target_forwards, replay_s=seconds, **broken)
+    exact, verdict = (False, "logic-error") if exact_mode and differs else (row.exact, row.verdict)
+    return dataclasses.replace(
+        row, replay_nfe=spec.metrics.target_forwards, replay_s=seconds, exact=exact, verdict=verdict
+    )
 
 
 def replay_statement(summary: Sequence[dict], exact_mode: bool) -> str:
