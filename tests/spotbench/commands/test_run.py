@@ -215,7 +215,9 @@ def test_a_passes_only_run_counts_a_full_runs_passes_and_verifies_reports_and_ga
     assert 0 < len(replayed) < len(rows["passes"])
     summary = Runs.existing(passes).read_summary().to_pylist()
     assert all(s["replay_checked"] > 0 and s["replay_mismatches"] == 0 and s["exact_rate"] == 1.0 for s in summary)
-    assert (passes / "report.html").is_file() and main(["verify", str(passes)]) == 0
+    assert "Passes-only: replayed passes against the really decoded sample" in (passes / "report.html").read_text()
+    assert "not a passes-only run" in (full / "report.html").read_text()
+    assert main(["verify", str(passes)]) == 0
     assert main(["gate", str(passes), "--baseline", str(full), "--allow-config-diff"]) == 0
     capsys.readouterr()
     assert main(["gate", str(passes), "--baseline", str(full), "--allow-config-diff", "--wall-band", "0.5"]) == 2
