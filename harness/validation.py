@@ -22,6 +22,7 @@ import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, PlainValidator, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 
+from harness.bundled import find
 from harness.errors import UserError
 
 T = TypeVar("T")
@@ -182,7 +183,7 @@ def strict(kind: Any, base: type) -> Any:
 def read_mapping(path: str | Path, what: str) -> dict[str, Any]:
     """The settings in a YAML file (`what` names it in errors: 'suite', 'recipe'), read as UTF-8."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = yaml.safe_load(find(path).read_text(encoding="utf-8"))
     except OSError as error:
         raise UserError(f"cannot read {what} {path}: {error.strerror or error}") from None
     except UnicodeDecodeError:

@@ -12,7 +12,10 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def git_revision() -> str | None:
-    """HEAD of the checkout spotbench runs from, `+dirty` when it has uncommitted changes."""
+    """HEAD of the checkout spotbench runs from, `+dirty` when it has uncommitted changes; None for an
+    installed package (no checkout around it: git would report whatever repository holds the venv)."""
+    if not (PROJECT_ROOT / ".git").exists():
+        return None
     try:
         head = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10, check=True

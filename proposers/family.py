@@ -16,11 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.bundled import ZOO_DIR, find
 from harness.decoding import Generation, Proposer
 from harness.decoding.autoregressive import ARProposer
 from harness.targets.ar import ARTarget
 from harness.targets.target import DLMTarget
-from harness.targets.zoo import ZOO_DIR, model_dir, zoo_names
+from harness.targets.zoo import model_dir, zoo_names
 
 KINDS = ("oracle", "ceiling", "baseline", "learned")
 """An arm's kind (`harness.pipeline.Arm`): the summary compares learned arms with the best baseline."""
@@ -70,10 +71,7 @@ class ProposerFamily:
 def zoo_folder(argument: str | None, default: str, under: str = "proposers") -> Path:
     """The folder `name:argument` names: a path, or a folder name under zoo/<under>/ (`default` without
     an argument). The caller checks what it holds."""
-    folder = Path(argument) if argument else ZOO_DIR / under / default
-    if argument and not folder.exists() and (ZOO_DIR / under / argument).exists():
-        folder = ZOO_DIR / under / argument
-    return folder
+    return find(argument, ZOO_DIR / under) if argument else ZOO_DIR / under / default
 
 
 def folder_files(folder: Path) -> list[Path]:

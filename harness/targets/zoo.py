@@ -1,4 +1,5 @@
-"""The zoo: tiny targets trained by the project and committed under `zoo/models/<name>/model`.
+"""The zoo: tiny targets trained by the project and committed under `zoo/models/<name>/model`
+(found through `harness.bundled`, in a checkout or an installed wheel).
 
 Each entry is a checkpoint folder in its family's published format plus the `training.json` report
 that `spotbench train-target` wrote; its recipe is `zoo/recipes/<name>.yaml`, so anyone can rebuild
@@ -11,8 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-ZOO_DIR = PROJECT_ROOT / "zoo"
+from harness.bundled import ZOO_DIR
+
 MODELS_DIR = ZOO_DIR / "models"
 RECIPES_DIR = ZOO_DIR / "recipes"
 
@@ -52,7 +53,7 @@ def zoo_entry(name: str) -> ZooEntry:
         size_bytes=size,
         training_tokens=report["training_tokens"],
         heldout_loss=report["heldout_loss"],
-        path=str(folder.relative_to(PROJECT_ROOT)),
-        recipe=str((RECIPES_DIR / f"{name}.yaml").relative_to(PROJECT_ROOT)),
+        path=str(folder.relative_to(ZOO_DIR.parent)),
+        recipe=str((RECIPES_DIR / f"{name}.yaml").relative_to(ZOO_DIR.parent)),
         finished=report.get("finished", True),
     )

@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from harness.targets.zoo import ZOO_DIR
+from harness.bundled import ZOO_DIR
 from proposers.spot.features import CANDIDATE_FEATURES, GAP_SCALE, MASKED, NODE_FEATURES, STATIC_FEATURES, node_features
 from proposers.spot.kernels import encoder_layers, fused_path
 

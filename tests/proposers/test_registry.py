@@ -9,7 +9,7 @@ import pytest
 
 from cluster.provenance import run_inputs
 from cluster.suite import Suite
-from harness.targets.zoo import ZOO_DIR
+from harness.bundled import ZOO_DIR
 from proposers import registry
 from proposers.family import no_files
 

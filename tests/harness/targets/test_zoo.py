@@ -7,9 +7,10 @@ import pytest
 import yaml
 
 from cluster.suite import Suite
+from harness.bundled import ZOO_DIR
 from harness.targets.ar import ARTarget
 from harness.targets.registry import load_target
-from harness.targets.zoo import PROJECT_ROOT, ZOO_DIR, zoo_entry, zoo_names
+from harness.targets.zoo import zoo_entry, zoo_names
 from spotbench.cli import main
 
 MAX_BYTES = 20 * 2**20
@@ -28,7 +29,7 @@ def test_every_model_the_readme_lists_and_the_default_target_are_finished_zoo_mo
 @pytest.mark.parametrize("name", zoo_names())
 def test_zoo_model_loads_and_matches_its_recipe(name: str) -> None:
     entry = zoo_entry(name)
-    recipe = yaml.safe_load((PROJECT_ROOT / entry.recipe).read_text())
+    recipe = yaml.safe_load((ZOO_DIR.parent / entry.recipe).read_text())
     target = load_target(name)
     assert target.name == name and entry.size_bytes <= MAX_BYTES
     assert entry.parameters == sum(p.numel() for p in target.model.parameters())

@@ -9,11 +9,11 @@ import functools
 import pytest
 import torch
 
+from harness.bundled import ZOO_DIR
 from harness.decoding.autoregressive import ARConfig, ARDraftRequest, ar_decode, ar_plain_decode
 from harness.decoding.noise import NoiseSource
 from harness.errors import UserError
 from harness.targets.ar import ARTarget, tiny_random_ar
-from harness.targets.zoo import ZOO_DIR
 from proposers.psi import family as psi_family
 from proposers.psi import proposer as psi_spec
 from proposers.psi.lora import GatedLoRAModel, save_drafter, weights_hash

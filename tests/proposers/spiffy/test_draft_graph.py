@@ -11,13 +11,13 @@ from collections import Counter
 import pytest
 import torch
 
+from harness.bundled import ZOO_DIR
 from harness.decoding import DecodeConfig, DraftRequest, NoiseSource, parse_rule, plain_decode, speculative_decode
 from harness.decoding.replay import replay
 from harness.errors import UserError
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_dlm_target
 from harness.targets.target import DLMTarget
-from harness.targets.zoo import ZOO_DIR
 from proposers import build_proposer, check_arm_for_model, check_proposer
 from proposers.baselines.confidence import ConfidenceProposer
 from proposers.spiffy.draft_graph import (

@@ -11,6 +11,7 @@ import random
 import pytest
 import torch
 
+from harness.bundled import ZOO_DIR
 from harness.decoding import (
     DecodeConfig,
     DraftRequest,
@@ -24,7 +25,6 @@ from harness.decoding.rules import candidate_tokens
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_dlm_target, load_target
 from harness.targets.target import DLMTarget
-from harness.targets.zoo import ZOO_DIR
 from proposers.baselines.confidence import ConfidenceProposer
 from proposers.spot.features import (
     CANDIDATE_FEATURES,
