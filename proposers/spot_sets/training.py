@@ -1,5 +1,6 @@
 """Training SPOT-Sets on plain threshold trajectories of one target: the recipe, the loss and a resumable
-loop with a learning curve (calibrating a checkpoint for another target: `proposers.spot_sets.calibration`).
+loop with a learning curve (calibrating a checkpoint for another target: `proposers.spot_sets.calibration`);
+and `spotbench train-proposer`'s run from a recipe of either SPOT or SPOT-Sets.
 
 The examples come from `proposers.spot_sets.collection`. The loop is SPOT's (`proposers.spot.loop`):
 one thread, deterministic by seed, examples drawn with probability `depth_decay ** depth`, generations
@@ -12,15 +13,17 @@ decision), and every `eval_every` steps the validation metrics are recorded (`cu
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
 from harness.errors import UserError
 from harness.recipes import Optimizer, load_recipe
+from harness.targets.registry import load_dlm_target
 from harness.targets.target import DLMTarget
 from harness.validation import (
     Count,
@@ -30,16 +33,18 @@ from harness.validation import (
     Temperatures,
     Text,
     Texts,
+    read_mapping,
 )
 from harness.versions import git_revision
-from proposers.spot.collection import ChunkMap, Job, collected, held_out
+from proposers.spot.collection import ChunkMap, Job, collected, held_out, recipe_jobs
 from proposers.spot.features import CONFIDENCE, LOG_ODDS, MASKED, TOP
 from proposers.spot.loop import STATE_FILE, Extras, Run, train_steps
 from proposers.spot.network import CONFIG_FILE as SPOT_CONFIG_FILE
 from proposers.spot.network import SpotConfig, SpotEncoder
 from proposers.spot.recipe import OPTIMIZER as SPOT_OPTIMIZER
-from proposers.spot.recipe import SpotOptions
+from proposers.spot.recipe import SpotOptions, SpotRecipe
 from proposers.spot.training import checkpoint_at, examples_where
+from proposers.spot.training import train as train_spot
 from proposers.spot_sets.collection import SetViews, collect_all
 from proposers.spot_sets.network import (
     CONFIG_FILE,
@@ -301,3 +306,33 @@ def train(
     }
     save_spot_sets(net, out_dir, report)
     return report
+
+
+def load_spot_family_recipe(path: str | Path, steps: int | None = None) -> SpotRecipe | SpotSetsRecipe:
+    """The recipe at `path` (`--steps` overriding its steps): SPOT-Sets' if it names a rule
+    (threshold decoding), SPOT's otherwise."""
+    kind: type[SpotRecipe] | type[SpotSetsRecipe] = (
+        SpotSetsRecipe if "rule" in read_mapping(path, "recipe") else SpotRecipe
+    )
+    return load_recipe(kind, path, {"steps": steps})
+
+
+PromptsOf = Callable[[dict[str, int], Any], list[tuple[str, list[int]]]]
+"""(task -> prompt count, tokenizer) -> (source, prompt ids) of train-split prompts: the caller's,
+since the library knows no task (`tasks.registry.train_prompts`)."""
+
+
+def train_from_recipe(
+    recipe: SpotRecipe | SpotSetsRecipe,
+    prompts_of: PromptsOf,
+    run_dir: Path,
+    out_dir: Path,
+    map_chunks: ChunkMap | None = None,
+) -> dict:
+    """`spotbench train-proposer`: the recipe's target loaded, its generations listed from the
+    caller's prompts, then SPOT or SPOT-Sets trained (collection through `map_chunks` if given)."""
+    target = load_dlm_target(recipe.target, what="SPOT")
+    jobs = recipe_jobs(recipe, prompts_of(dict(recipe.tasks), target.tokenizer))
+    if isinstance(recipe, SpotSetsRecipe):
+        return train(recipe, target, jobs, run_dir, out_dir, map_chunks)
+    return train_spot(recipe, target, jobs, run_dir, out_dir, map_chunks)

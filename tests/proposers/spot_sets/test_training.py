@@ -185,3 +185,14 @@ def test_calibration_lowers_the_nll_it_is_fitted_on():
     assert after["loss"] < before["loss"] and calibration != Calibration()
     assert after["token_nll"] < before["token_nll"]  # a random token head: the candidate does better
     assert fit_calibration(net, data, 0.02) == calibration  # deterministic
+
+
+def test_a_recipe_that_names_a_rule_trains_spot_sets_any_other_spot() -> None:
+    from harness.bundled import ZOO_DIR
+    from proposers.spot.recipe import SpotRecipe
+    from proposers.spot_sets.training import load_spot_family_recipe
+
+    sets = load_spot_family_recipe(ZOO_DIR / "proposers" / "spot-sets-sdar-a-0.9.yaml", steps=3)
+    spot = load_spot_family_recipe(ZOO_DIR / "proposers" / "spot-sdar-a.yaml")
+    assert isinstance(sets, SpotSetsRecipe) and sets.rule == "threshold:0.9" and sets.optimizer.steps == 3
+    assert isinstance(spot, SpotRecipe) and spot.optimizer.steps == 10000
