@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from harness.errors import UserError
 from harness.validation import Count, NonNegative, NonNegativeInt, Positive, check_fields, construct, read_mapping
@@ -66,8 +66,9 @@ def load_recipe(cls: type[RecipeT], path: str | Path, flags: Mapping[str, Any] |
     settings |= check_fields(cls, given, lambda name: "--" + name.replace("_", "-"))
     block = check_fields(Optimizer, block, lambda name: f"{where}: optimizer: {name}")
     block |= check_fields(Optimizer, block_flags, lambda name: "--" + name.replace("_", "-"))
-    default = dataclasses.asdict(next(f.default for f in dataclasses.fields(cls) if f.name == "optimizer"))  # type: ignore[arg-type]
-    settings["optimizer"] = construct(Optimizer, default | block, f"{where}: optimizer")
+    schema: Any = cls  # a recipe dataclass whose `optimizer` field defaults to its class's block
+    default = cast(Optimizer, next(f.default for f in dataclasses.fields(schema) if f.name == "optimizer"))
+    settings["optimizer"] = construct(Optimizer, dataclasses.asdict(default) | block, f"{where}: optimizer")
     return construct(cls, settings, where)
 
 
