@@ -31,16 +31,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from harness.bundled import ZOO_DIR, find
+from harness.bundled import ZOO_DIR
 from harness.decoding import Generation, Proposer
 from harness.decoding.ar_rejection import COUPLED
 from harness.decoding.autoregressive import ARProposer
 from harness.errors import UserError
 from harness.pipeline import AUTO, Arm
 from harness.targets.ar import ARTarget
+from harness.targets.hub import local_or_hub
 from harness.targets.registry import target_kind
 from harness.targets.target import DLMTarget
-from harness.targets.zoo import model_dir, zoo_names
+from harness.targets.zoo import model_folder
 from proposers.baselines.confidence import ConfidenceProposer
 from proposers.baselines.draft_model import build_draft_model, check_draft_fits, check_draft_name
 from proposers.baselines.oracle import AROracleProposer, OracleProposer
@@ -312,7 +313,7 @@ def build_proposer(spec: str, target: DLMTarget | ARTarget, plain: Generation) -
 def zoo_folder(argument: str | None, default: str) -> Path:
     """The folder `name:argument` names: a path, or a folder name under zoo/proposers/ (`default`
     without an argument). The caller checks what it holds."""
-    return find(argument, ZOO_DIR / "proposers") if argument else ZOO_DIR / "proposers" / default
+    return local_or_hub(argument, ZOO_DIR / "proposers") if argument else ZOO_DIR / "proposers" / default
 
 
 def spot_folder(argument: str | None) -> Path:
@@ -353,6 +354,5 @@ def spiffy_calibration(argument: str | None) -> SpiffyCalibration:
 
 def model_identity(name: str) -> str:
     """What a model name points at: a zoo name and its checkpoint folder are the same model."""
-    if name in zoo_names():
-        return str(model_dir(name).resolve())
-    return str(Path(name).resolve()) if Path(name).exists() else name
+    folder = model_folder(name)
+    return str(folder.resolve()) if folder.exists() else name

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from harness.bundled import ZOO_DIR, find
+from harness.bundled import ZOO_DIR
 from harness.decoding import DraftTree, Transition
 from harness.decoding.ar_rejection import DraftChain
 from harness.decoding.autoregressive import ARDraftRequest, DraftForwards
@@ -42,6 +42,7 @@ from harness.decoding.rules import candidate_scores
 from harness.decoding.tree import DraftNode
 from harness.errors import UserError
 from harness.targets.ar import ARSession, ARTarget, folder_of, kv_layers
+from harness.targets.hub import local_or_hub
 from proposers.psi.lora import GatedLoRAModel, load_drafter, read_meta
 
 
@@ -188,7 +189,7 @@ def parse_psi(name: str, argument: str | None) -> PsiSpec:
     if not argument:
         raise UserError(f"proposer {name} needs a drafter folder: {name}:DIR (spotbench train-drafter writes one)")
     where, _, settings = argument.partition(":")
-    folder = find(where, DRAFTERS_DIR)
+    folder = local_or_hub(where, DRAFTERS_DIR)
     meta = read_meta(folder)
     options: dict[str, int] = {}
     for item in filter(None, settings.split(",")):
