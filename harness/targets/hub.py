@@ -87,7 +87,7 @@ def _snapshot(name: str, cache: str, local_only: bool) -> Snapshot:
     except RevisionNotFoundError:
         raise UserError(f"{repo_id} has no revision {revision!r} on the hub; give a branch, tag or commit") from None
     except LocalEntryNotFoundError:
-        where = "offline (HF_HUB_OFFLINE is set)" if local_only else "the hub is unreachable"
+        where = "HF_HUB_OFFLINE is set" if local_only else "the hub is unreachable"
         cached = cached_revisions(Path(cache), repo_id)
         have = f"the cache has revisions {', '.join(cached)}" if cached else "the cache has no revision of it"
         raise UserError(
