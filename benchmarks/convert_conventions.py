@@ -21,6 +21,7 @@ from harness.targets.converted import convert
 from harness.targets.registry import load_target
 from harness.training.convert import ConvertRecipe, sequences
 from harness.training.masked_blocks import layout
+from tasks.registry import train_answers
 
 
 def main() -> None:
@@ -30,13 +31,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from spotbench.commands.convert import _Limits
-    from spotbench.commands.train_drafter import task_pairs
-
     recipe = ConvertRecipe.load(args.recipe)
     base = load_target(recipe.base)
     held = recipe.validation_examples // len(recipe.tasks)
-    pairs = [p for name in recipe.tasks for p in task_pairs(_Limits(recipe, name), base)[:held]]
+    pairs = [p for name in recipe.tasks for p in train_answers([name], base.tokenizer, recipe.samples_per_task)[:held]]
     data = sequences(pairs, recipe, base.eos_id)
     target = convert(base, recipe.mask_id, recipe.rank, recipe.alpha)
     size = recipe.block_length

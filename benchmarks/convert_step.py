@@ -29,6 +29,7 @@ from harness.targets.converted import convert
 from harness.targets.registry import load_target
 from harness.training.convert import ConvertRecipe, sequences
 from harness.training.masked_blocks import Batch, diffusion_loss, layout
+from tasks.registry import train_answers
 
 
 def two_stream_loss(target, batch: Batch, rows_only: bool = False) -> torch.Tensor:
@@ -78,12 +79,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from spotbench.commands.convert import _Limits
-    from spotbench.commands.train_drafter import task_pairs
-
     recipe = ConvertRecipe.load(args.recipe)
     base = load_target(recipe.base)
-    pairs = [p for name in recipe.tasks for p in task_pairs(_Limits(recipe, name), base)[:64]]
+    pairs = [p for name in recipe.tasks for p in train_answers([name], base.tokenizer, recipe.samples_per_task)[:64]]
     data = sequences(pairs, recipe, base.eos_id)
     target = convert(base, recipe.mask_id, recipe.rank, recipe.alpha)
     parameters = list(adapter.lora_state(target.model).values())

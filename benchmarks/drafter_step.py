@@ -25,6 +25,7 @@ from step_timing import time_variants
 from harness.targets.registry import load_target
 from proposers.psi.lora import GatedLoRAModel
 from proposers.psi.training import DrafterRecipe, Layout, layout, probabilities, training_data, tv_loss
+from tasks.registry import train_answers
 
 
 def one_forward_loss(drafter: GatedLoRAModel, batch: Layout) -> torch.Tensor:
@@ -59,11 +60,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from spotbench.commands.train_drafter import task_pairs
-
     recipe = DrafterRecipe.load(args.recipe)
     target = load_target(recipe.base)
-    training, _ = training_data(recipe, task_pairs(recipe, target)[:256], target.eos_id)
+    pairs = train_answers(recipe.tasks, target.tokenizer, recipe.samples_per_task)
+    training, _ = training_data(recipe, pairs[:256], target.eos_id)
     drafter = GatedLoRAModel(target.model, recipe.rank, recipe.alpha)
     parameters = list(drafter.lora_state().values())
     optimizer = torch.optim.AdamW(parameters, lr=1e-4)

@@ -1,15 +1,17 @@
 """Proposers side by side on recorded plain generations: passes saved, in seconds (a script, not a test).
 
 Each prompt is decoded plainly once with its logits kept; every proposer (registry names and SPOT
-checkpoint folders) at every budget is then scored by `harness.decoding.replay`, which gives the
-pass count speculative decoding would make without running it (exact when a state's logits do not
-depend on its batch; see that module). The table prints speedup_nfe (plain passes / speculative
-passes, summed over prompts) and, for every proposer that is not a baseline, its ratio to the best
-of `confidence` and `confidence-branch` at the same budget with a 95% interval over resampled
-prompts (`harness/bootstrap.py`). Exactness and wall time need real decoding
-(`spotbench run --transfer`); this is the quick loop for comparing checkpoints. `--stops` adds, per arm and
-budget, why its passes stopped (`harness.decoding.tree.stop_reason`): at a leaf, on a position
-no child drafted, on a drafted position with another token, or with nothing drafted.
+checkpoint folders) at every budget is then scored by `harness.decoding.replay`, which gives the pass
+count speculative decoding would make without running it (exact when a state's logits do not depend on
+its batch; see that module). The table prints speedup_nfe (plain passes / speculative passes, summed
+over prompts) and, for every proposer that is not a baseline, its ratio to the best of `confidence` and
+`confidence-branch` at the same budget with a 95% interval over resampled prompts
+(`harness/bootstrap.py`), and plain decoding's accuracy with its 95% Wilson interval. A prompt's logits
+are dropped once its arms are replayed, so a wide-block target of a large vocabulary fits in memory at
+any `--limit`; stderr gets each prompt's CPU seconds, plain and replayed. Exactness and wall time need
+real decoding (`spotbench run --transfer`); this is the quick loop for comparing checkpoints. `--stops`
+adds, per arm and budget, why its passes stopped (`harness.decoding.tree.stop_reason`): at a leaf, on a
+position no child drafted, on a drafted position with another token, or with nothing drafted.
 
     python benchmarks/replay_proposers.py --targets sdar-a,dream-a --tasks arith,gsm8k --limit 40 \\
         --proposers confidence,confidence-branch,spot --checkpoints /tmp/my-spot,/tmp/run1+/tmp/run2
@@ -25,7 +27,10 @@ on arith 0-499 and GSM8K 0-2999, `zoo/proposers/spot-sdar-a` on arith 0-499 and 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
+import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -35,12 +40,14 @@ from harness.bootstrap import interval, resampled_speedups, versus_best
 from harness.decoding import DecodeConfig, Generation, parse_rule, plain_decode
 from harness.decoding.replay import replay
 from harness.decoding.tree import LEAF, NO_DRAFT, POSITION, TOKEN, Proposer
+from harness.gate import wilson_interval
+from harness.pipeline import decode_text
 from harness.targets.registry import load_dlm_target
 from harness.targets.target import DLMTarget
 from proposers import build_proposer, check_arm_for_model
 from proposers.spot.network import SpotEnsemble, SpotNet, load_spot
 from proposers.spot.tree import SpotProposer
-from tasks.base import prompt_ids
+from tasks.base import Sample, Task, prompt_ids
 from tasks.registry import get_task
 
 BASELINES = ("confidence", "confidence-branch")
@@ -69,6 +76,49 @@ def versus_best_column(arm: str, speedups: dict, draws: dict, budgets: list[int]
         low, high = interval(versus_best(draws[arm, budget], [draws[n, budget] for n in baselines]))
         cells.append(f"{speedups[arm][i] / best:.3f} [{low:.3f}, {high:.3f}]")
     return " ".join(cells)
+
+
+def replay_prompts(
+    target: DLMTarget,
+    task: Task,
+    samples: list[Sample],
+    configs: list[DecodeConfig],
+    arms: dict[str, Callable[[Generation], Proposer]],
+    budgets: list[int],
+) -> tuple[list[Generation], dict[str, list[list[Generation]]]]:
+    """Each prompt's plain generation and every (arm, budget) replay of it, a prompt at a time: a
+    plain generation's logits ([steps, block, vocab]: ~190 MB for an arith answer of a 49k-vocabulary
+    target at block 16) are dropped once its arms are replayed, so memory holds one prompt's."""
+    plains: list[Generation] = []
+    replays: dict[str, list[list[Generation]]] = {arm: [[] for _ in budgets] for arm in arms}
+    for i, (sample, config) in enumerate(zip(samples, configs)):
+        started = time.process_time()
+        plain = plain_decode(target, prompt_ids(task, sample, target.tokenizer), config, keep_logits=True)
+        decoded = time.process_time()
+        for arm, make in arms.items():
+            for runs, budget in zip(replays[arm], budgets):
+                runs.append(replay(plain, make(plain), config, budget))
+        plains.append(dataclasses.replace(plain, pass_logits=None, following=None))
+        print(
+            f"# prompt {i}: {plain.metrics.nfe} plain passes, CPU {decoded - started:.1f} s plain, "
+            f"{time.process_time() - decoded:.1f} s replaying {len(arms)} arms x {len(budgets)} budgets",
+            file=sys.stderr,
+            flush=True,
+        )
+    return plains, replays
+
+
+def accuracy_line(
+    target: DLMTarget, task: Task, samples: list[Sample], plains: list[Generation], target_name: str, temperature: float
+) -> str:
+    """Plain decoding's accuracy on these prompts, with its 95% Wilson interval (`harness.gate`)."""
+    scores = task.score(samples, [decode_text(target, p.answer_ids) for p in plains])
+    correct = sum(bool(s["correct"]) for s in scores)
+    low, high = wilson_interval(correct, len(plains))
+    return (
+        f"# {target_name} {task.name} T={temperature:g}: plain accuracy {correct}/{len(plains)} = "
+        f"{correct / len(plains):.1%} [95% {low:.1%}, {high:.1%}], {sum(p.metrics.nfe for p in plains)} plain passes"
+    )
 
 
 def load_checkpoints(spec: str) -> SpotNet | SpotEnsemble:
@@ -119,16 +169,10 @@ def main() -> None:
                     DecodeConfig(rule, args.gen_length, args.block_length, temperature, args.seed + i)
                     for i in range(len(samples))
                 ]
-                plains = [
-                    plain_decode(target, prompt_ids(task, s, target.tokenizer), c, keep_logits=True)
-                    for s, c in zip(samples, configs)
-                ]
-                plain_nfe = sum(p.metrics.nfe for p in plains)
                 arms = {n: registry_arm(n, target) for n in names} | {n: spot_arm(net) for n, net in nets.items()}
-                replays = {
-                    arm: [[replay(p, make(p), c, b) for p, c in zip(plains, configs)] for b in budgets]
-                    for arm, make in arms.items()
-                }
+                plains, replays = replay_prompts(target, task, samples, configs, arms, budgets)
+                plain_nfe = sum(p.metrics.nfe for p in plains)
+                print(accuracy_line(target, task, samples, plains, target_name, temperature), flush=True)
                 speedups = {
                     arm: [plain_nfe / sum(r.metrics.nfe for r in runs) for runs in per_budget]
                     for arm, per_budget in replays.items()

@@ -3,13 +3,15 @@ prompts of a group decoded together (`batch_size` at a time).
 
 Plain Python (no Ray), so it runs the same in a Ray actor, in `spotbench diagnose` and in a test. An
 `Evaluator` loads each target and task once and keeps them; `evaluate` hands a unit's groups to
-`harness.pipeline.evaluate_groups`, with the proposer registry and the task's scorer. An `auto`
-budget is chosen here, once per worker, on the worker's own hardware.
+`harness.pipeline.evaluate_groups` (`harness.passes_only.evaluate_passes_only` in a passes-only
+run), with the proposer registry and the task's scorer. An `auto` budget is chosen here, once per
+worker, on the worker's own hardware.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import socket
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from typing import Any, cast
 
 from cluster.provenance import measure_load
 from cluster.suite import Suite
+from harness.passes_only import evaluate_passes_only
 from harness.pipeline import AUTO, Arm, Group, Score, evaluate_groups
 from harness.runs.schema import Row
 from tasks.base import Sample, prompt_ids
@@ -116,6 +119,11 @@ class Evaluator:
 
             return score if getattr(task, "scored", True) else None  # token-id prompts have no reference
 
+        decode = (
+            functools.partial(evaluate_passes_only, replay_checks=self.suite.replay_check)
+            if self.suite.passes_only
+            else evaluate_groups
+        )
         block_length = self.suite.block_length_for(unit.model)  # read from the target's files: once a unit
         trained = block_length_trained(unit.model, block_length)
         out = []
@@ -139,7 +147,7 @@ class Evaluator:
                 for sample, prompt, text in zip(unit.samples, ids, texts)
             ]
             chosen = [self.chosen(arm, unit, temperature, rule) if arm.budget == AUTO else arm for arm in arms]
-            out += evaluate_groups(
+            out += decode(
                 target,
                 groups,
                 chosen,

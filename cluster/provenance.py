@@ -3,9 +3,10 @@ and what loading each model cost each worker.
 
 Hashes are taken of everything whose change would silently change results under the same config:
 each target's checkpoint (a zoo target's or checkpoint folder's config, weights and tokenizer files,
-a GGUF file; retraining into the same folder keeps the name), each proposer's checkpoint folder
-(`spot`, `spot-sets`, `spiffy`, the Psi-Spec drafters, and a `draft-model:NAME`'s weights), and the
-task data files in the data dir (`SPOTBENCH_DATA_DIR`) that a task reads. Targets built in code
+a GGUF file; retraining into the same folder keeps the name), the files each proposer's family says
+its argument names (`proposers.family.ProposerFamily.files`: a checkpoint folder; and `models`, a
+`draft-model:NAME`'s weights), and the task data files in the data dir (`SPOTBENCH_DATA_DIR`) that a
+task reads. Targets built in code
 (`tiny-random:*`) and training-free proposers read no file: the git revision pins them. A resumed
 run refuses other bytes under the same names (`harness.runs.run_dir`), and the gate refuses to compare
 runs that read different bytes (`harness.runs.configs`). A file's hash is remembered between starts by its
@@ -122,32 +123,18 @@ def checkpoint_files(folder: Path) -> list[Path]:
 
 
 def proposer_files(spec: str) -> list[Path]:
-    """Every file of the checkpoint folder a proposer spec reads (none for training-free proposers)."""
-    from harness.bundled import ZOO_DIR
-    from harness.targets.hub import local_or_hub
-    from proposers import registry
+    """Every file a proposer spec reads: what its family says the argument names, and the checkpoint
+    files of the models it loads (none for training-free proposers)."""
+    from proposers.registry import proposer_inputs
 
-    name, _, argument = spec.partition(":")
-    if name == "spot":
-        folder = registry.spot_folder(argument or None)
-    elif name == "spot-sets":
-        folder = registry.spot_sets_folder(argument or None)
-    elif name == "spiffy":
-        folder = registry.zoo_folder(argument or None, registry.DEFAULT_GRAPH)
-    elif name in ("psi-linear", "psi-tree"):  # DIR[:settings], or a folder name under zoo/drafters/
-        where = argument.partition(":")[0]
-        folder = local_or_hub(where, ZOO_DIR / "drafters")
-    elif name == "draft-model":
-        return model_files(argument)
-    else:
-        return []
-    return sorted(p for p in Path(folder).rglob("*") if p.is_file())
+    files, models = proposer_inputs(spec)
+    return sorted({*files, *(path for model in models for path in model_files(model))})
 
 
 def files_sha256(files: list[Path], file_sha256: Callable[[Path], str] = sha256_file) -> str:
     """One digest over files: their names (relative to their common folder) and contents (each hashed by
     `file_sha256`), in sorted order; for one folder's files the same as `folder_sha256` of the folder."""
-    files = sorted(Path(os.path.abspath(p)) for p in files)  # not resolved: a hub snapshot links to blobs
+    files = sorted(Path(os.path.abspath(p)) for p in files)  # not resolved: a hub snapshot links to blobs/
     root = files[0].parent if len(files) == 1 else Path(os.path.commonpath(files))
     digest = hashlib.sha256()
     for path in files:

@@ -39,6 +39,7 @@ from cluster.provenance import driver_hardware, run_inputs
 from cluster.suite import Suite, check_targets
 from cluster.workers import Worker, gpu_workers, room_for, worker_threads
 from harness.errors import UserError
+from harness.passes_only import UNIT_PROMPTS as PASSES_ONLY_UNIT
 from harness.runs.run_dir import RunDir
 from harness.runs.schema import group_id
 from harness.runs.verify import Verification
@@ -108,6 +109,7 @@ def plan(suite: Suite, verified: Verification) -> tuple[list[Unit], int]:
         for task in suite.tasks:
             samples = evaluator.task(task).load(suite.split, limit=suite.limit)
             for batch_size in suite.batch_sizes:
+                unit_prompts = max(UNIT_BATCHES * batch_size, PASSES_ONLY_UNIT if suite.passes_only else 0)
                 for group in suite.groups(model):
                     by_arms: dict[tuple | None, list] = {}
                     for sample in samples:
@@ -121,7 +123,7 @@ def plan(suite: Suite, verified: Verification) -> tuple[list[Unit], int]:
                     for arms, members in by_arms.items():
                         units += [
                             Unit(model, task, chunk, (group,), arms, batch_size)
-                            for chunk in chunks(members, UNIT_BATCHES * batch_size)
+                            for chunk in chunks(members, unit_prompts)
                         ]
     return units, skipped
 

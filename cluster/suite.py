@@ -141,6 +141,11 @@ class Suite:
     """A system turn before the prompt, for targets whose chat template is applied."""
     exact: Switch = False
     """Exactness mode: float64 targets, rows evaluated one by one (any divergence is then a bug)."""
+    passes_only: Switch = False
+    """Replay every arm's passes from one plain decode per prompt, decoding only a sample for real
+    (`harness.passes_only`): pass tables a CPU affords; wall figures come from the sample alone."""
+    replay_check: Count = 4
+    """Passes-only runs: prompts per worker unit decoded for real, checking the replayed counts."""
     ar_sampling: Annotated[str, accepts_check(str, "coupled or rejection", pattern="^(coupled|rejection)$")] = "coupled"
     """How AR arms sample: `coupled` (the target's noise shared, token-exact) or `rejection`
     (Leviathan/Chen rejection sampling, lossless in distribution; `harness.decoding.ar_rejection`)."""
@@ -205,6 +210,7 @@ def build_suite(
 
 def resolve(suite: Suite) -> None:
     """Every model, proposer and task (with its split) names something that exists."""
+    from harness.passes_only import check_passes_only
     from harness.targets.ar import check_ar_name, is_ar_name
     from harness.targets.converted import check_converted, is_converted
     from harness.targets.registry import check_block_length_for, check_lengths_for
@@ -244,6 +250,8 @@ def resolve(suite: Suite) -> None:
         if name.startswith(IDS_PREFIX):
             get_task(name).load()  # a missing or malformed file fails here, before a run directory exists
             check_token_id_prompts(suite.chat_template, suite.system_prompt, f"task {name}")
+    if suite.passes_only:
+        check_passes_only(suite.models)
     for model in suite.models:
         if "auto" in suite.budgets and is_ar_name(model):
             raise UserError(f"budgets auto is for diffusion targets; give {model} fixed budgets")

@@ -41,7 +41,8 @@ from harness.errors import UserError
 class Thresholds:
     accept_fraction: float = 0.95
     nfe_band: float = 0.05
-    wall_band: float = 0.5
+    wall_band: float | None = 0.5
+    """None: no wall check (a run or baseline whose rows are replayed: `replayed_wall_band`)."""
     z: float = 1.96
 
 
@@ -145,6 +146,21 @@ def check_digest(path: str | Path, expected: str) -> None:
         )
 
 
+def wall_band_for(run: Summary, baseline: Summary, asked: float | None) -> float | None:
+    """The wall band to gate with: `asked` (default `Thresholds.wall_band`), or None when either side
+    holds replayed rows (a passes-only run: their wall time is not measured, only a sample's). A wall
+    band asked for over such a run is refused (UserError): the gate would compare a sample's wall."""
+    replayed = [side.source for side in (run, baseline) if any(r["replayed_rows"] for r in side.rows)]
+    if replayed and asked is not None:
+        raise UserError(
+            f"--wall-band gates wall time and {replayed[0]} is a passes-only run (its rows' passes are "
+            "replayed, not timed): drop --wall-band, or gate a run decoded in full"
+        )
+    if replayed:
+        return None
+    return Thresholds().wall_band if asked is None else asked
+
+
 def config_warning(run: Summary, baseline: Summary, allow: bool) -> str | None:
     """UserError when the runs differ in settings that change results; with `allow`, the warning."""
     from harness.runs.configs import result_differences
@@ -198,7 +214,7 @@ def gate(
             )
         )
         for metric, band in (("speedup_nfe", t.nfe_band), ("speedup_wall_robust", t.wall_band)):
-            if base[metric] is None:
+            if band is None or base[metric] is None:
                 continue
             low, high = base[metric] * (1 - band), base[metric] * (1 + band)
             allowed = f"{low:.3f}..{high:.3f}"

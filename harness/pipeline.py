@@ -163,7 +163,7 @@ def evaluate_groups(
     ]
     return [
         [
-            _row(
+            row_of(
                 group,
                 arm,
                 plain,
@@ -191,6 +191,11 @@ def references_to_check(groups: Sequence[Group], batch_size: int, count: int) ->
     the longest, alternating inwards."""
     if batch_size < 2 or len(groups) < 2:
         return []
+    return ends_first(groups, count)
+
+
+def ends_first(groups: Sequence[Group], count: int) -> list[int]:
+    """`count` of the groups' indices: the shortest prompt, the longest, the second shortest, ..."""
     by_length = sorted(range(len(groups)), key=lambda i: (len(groups[i].prompt_ids), i))
     ends = [by_length[k // 2] if k % 2 == 0 else by_length[-1 - k // 2] for k in range(len(by_length))]
     return ends[:count]
@@ -215,7 +220,7 @@ def check_reference(
     return check_lossless(alone, batched, tolerance).verdict
 
 
-def _row(
+def row_of(
     group: Group,
     arm: Arm,
     plain: Generation,
@@ -231,6 +236,7 @@ def _row(
     batch_size: int,
     reference_check: str | None,
 ) -> Row:
+    """One arm's row beside its group's plain reference: the lossless check, the scores, every metric."""
     checked = ar_sampling == COUPLED or group.temperature == 0
     report = check_lossless(plain, spec, tolerance)
     broken_reference = reference_check == "logic-error"  # nothing compared with it is known exact
@@ -317,13 +323,7 @@ def decoder(target: DLMTarget | ARTarget, group: Group, ar_sampling: str = COUPL
         return loop_ar
     if ar_sampling != COUPLED:
         raise ValueError(f"a diffusion target decodes coupled, not with ar_sampling {ar_sampling!r}")
-    config = DecodeConfig(
-        parse_rule(group.rule, target.family, target.mask_id),
-        group.gen_length,
-        group.block_length,
-        group.temperature,
-        group.seed,
-    )
+    config = decode_config(target, group)
 
     def loop_dlm(proposer: Proposer | None, budget: int) -> Decoding:
         if proposer is None:
@@ -331,6 +331,17 @@ def decoder(target: DLMTarget | ARTarget, group: Group, ar_sampling: str = COUPL
         return speculative_generation(target, prompt, proposer, config, budget)
 
     return loop_dlm
+
+
+def decode_config(target: DLMTarget, group: Group) -> DecodeConfig:
+    """The group's decoding settings on a diffusion target (its rule in the target's conventions)."""
+    return DecodeConfig(
+        parse_rule(group.rule, target.family, target.mask_id),
+        group.gen_length,
+        group.block_length,
+        group.temperature,
+        group.seed,
+    )
 
 
 def decode_text(target: DLMTarget | ARTarget, ids: list[int]) -> str:

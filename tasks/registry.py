@@ -61,6 +61,21 @@ def train_prompts(limits: dict[str, int], tokenizer: Any) -> list[tuple[str, lis
     return prompts
 
 
+def train_answers(task_names: list[str], tokenizer: Any, limit: int | None = None) -> list[tuple[list[int], list[int]]]:
+    """(zero-shot prompt ids, reference answer ids) of the first `limit` train-split samples of each task
+    (None: all), in the tasks' order, prompts built for the tokenizer (its chat template, if any): what
+    a Psi-Spec drafter and a conversion train on. Only train splits: nothing from a test split trains
+    anything."""
+    pairs = []
+    for name in task_names:
+        task = get_task(name, num_fewshot=0)
+        pairs += [
+            (prompt_ids(task, sample, tokenizer), tokenizer.encode(sample.target, add_special_tokens=False))
+            for sample in task.load("train", limit=limit)
+        ]
+    return pairs
+
+
 def train_pairs(task_names: list[str]) -> list[tuple[str, str]]:
     """(zero-shot prompt, reference completion) of every train-split sample: the training text of
     the tiny zoo targets (short contexts, so no few-shot), in the format they are evaluated with."""

@@ -91,7 +91,7 @@ def accuracy_table(summary: list[dict]) -> Table:
 
 
 def exactness_table(summary: list[dict], rows: list[dict]) -> Table:
-    kinds = ("exact", "near-tie", "logic-error", "distribution")
+    kinds = ("exact", "near-tie", "logic-error", "distribution", "replayed")
     verdicts: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in rows:
         verdicts[arm(r)][r["verdict"]] += 1
@@ -107,6 +107,33 @@ def exactness_table(summary: list[dict], rows: list[dict]) -> Table:
         [[arm(r), str(r["n"]), *(str(verdicts[arm(r)][v]) for v in kinds), pct(r["exact_rate"])] for r in summary],
         marks=["ok" if r["exact_rate"] in (1, None) else "bad" for r in summary],
         note=note,
+    )
+
+
+def replay_table(summary: list[dict]) -> Table:
+    """A passes-only run's arms (`harness.passes_only`): rows replayed, the sample's replayed pass
+    counts against the decoded ones, and the replay's time over the decode it stands for."""
+    rows = [
+        [
+            arm(r),
+            str(r["n"]),
+            str(r["replayed_rows"]),
+            str(r["replay_checked"]),
+            str(r["replay_mismatches"]),
+            pct(r["replay_cost"]),
+        ]
+        for r in summary
+        if r["replayed_rows"] or r["replay_checked"]
+    ]
+    return Table(
+        "Passes-only: replayed passes against the really decoded sample",
+        ["arm", "n", "replayed", "decoded and checked", "replayed count differs", "replay cost (x decode)"],
+        rows,
+        marks=["bad" if r["replay_mismatches"] else "ok" for r in summary if r["replayed_rows"] or r["replay_checked"]],
+        note="Replayed rows count in speedup nfe and accuracy (their completion is the plain reference's, "
+        "which lossless decoding reproduces) and in no wall figure: wall, tokens/s and latency are the "
+        "decoded sample's.",
+        empty="not a passes-only run",
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 AUTO = -1
 """The budget of an `auto` arm in rows and summaries: each worker chooses the budget itself
 (`chosen_budget` says which)."""
@@ -131,6 +131,16 @@ class Row:
     spec_answer_ids: list[int]
     # provenance
     worker: str
+    # passes-only runs (`harness.passes_only`)
+    replayed: bool = False
+    """The arm's passes were replayed from the plain reference's trajectory (`harness.decoding.replay`),
+    not decoded: the row's pass counts are real, its wall columns 0 (no time of its own), its exactness
+    unchecked (`exact` None, verdict `replayed`) and its spec completion and score the plain reference's."""
+    replay_nfe: int | None = None
+    """Target forwards the replay gave: on a replayed row its spec_target_forwards; on a really decoded
+    row of a passes-only run's sample, the count checked against the decoded one; None outside such runs."""
+    replay_s: float | None = None
+    """Seconds the replay of this arm took (proposer and recorded logits; no target pass)."""
 
 
 _ARROW = {

@@ -14,6 +14,10 @@ rule, budget) decode the same prompts, so the comparisons between them resample 
 Together with `trained_on` these make a cross-model transfer study a view of a run
 (`spotbench run --models A,B,C --proposers confidence,confidence-branch,oracle,spot:DIR --transfer`).
 
+Rows replayed by a passes-only run (`Row.replayed`) count in the pass figures and accuracy (their
+completion is the plain reference's) and in no wall figure: those read the really decoded rows only,
+and `replay_checked`, `replay_mismatches` and `replay_cost` say how the replay fared against them.
+
 Wall figures (speedup_wall, tokens/s, p50 latency) carry 95% intervals over the same prompt draws.
 A ratio of wall sums follows one generation another process slowed, so the rows whose pass cost is
 far off their arm's are flagged (`wall_disturbed`), counted (`disturbed_rows`) and left out of
@@ -67,11 +71,20 @@ class SummaryRow:
     """Rows whose batched plain reference was decoded again alone and compared (`Row.reference_check`)."""
     reference_logic_errors: int
     """... of which the batched reference was not its decode alone: those rows are logic errors."""
+    replayed_rows: int
+    """Rows whose passes were replayed, not decoded (a passes-only run: `harness.passes_only`): in the
+    pass figures and accuracy (the plain reference's completion), in no wall figure."""
+    replay_checked: int
+    """Really decoded rows whose replayed pass count was compared with the decoded one."""
+    replay_mismatches: int
+    """... of which the two differ (a logic error in exactness mode; a float near-tie otherwise)."""
+    replay_cost: float | None
+    """The replays' time over the decodes they stand for (speculative wall), on the checked rows."""
     speedup_nfe: float
     """Plain over speculative target forwards (a proposer's draft forwards on the target's network counted)."""
     speedup_nfe_ci95: list[float]
     speedup_wall: float | None
-    """Plain over speculative wall time, a ratio of sums over every row (the throughputs' ratio)."""
+    """Plain over speculative wall time, a ratio of sums over every decoded row (the throughputs' ratio)."""
     speedup_wall_ci95: list[float] | None
     """Its 95% interval over prompts (the draws of speedup_nfe_ci95)."""
     speedup_wall_robust: float | None
@@ -164,6 +177,7 @@ def summarize(rows: pa.Table) -> pa.Table:
 
 def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(members)
+    timed = [r for r in members if not r["replayed"]]  # replayed rows carry no time: walls are the sample's
     total = {
         f: sum(r[f] for r in members)
         for f in (
@@ -189,6 +203,9 @@ def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str
     scored = [r for r in members if r["correct"] is not None]
     correct = sum(bool(r["correct"]) for r in scored)
     wall = total["spec_wall_s"]
+    timed_tokens = {side: sum(r[f"{side}_tokens"] for r in timed) for side in ("plain", "spec")}
+    replay_checked = [r for r in timed if r["replay_nfe"] is not None]
+    replay_wall = sum(r["spec_wall_s"] for r in replay_checked)
     checked = [r["exact"] for r in members if r["exact"] is not None]
     depths = max(len(r["accepted_per_depth"]) for r in members)
     accepted = [
@@ -202,10 +219,14 @@ def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str
         "predicted_speedup_wall": statistics.mean(predicted) if predicted else None,
         "ar_sampling": members[0]["ar_sampling"],
         "exact_rate": sum(checked) / len(checked) if checked else None,
-        "distribution_n": n - len(checked),
+        "distribution_n": sum(r["verdict"] == "distribution" for r in members),
         "lossless_rate": sum(r["verdict"] != "logic-error" for r in members) / n,
         "reference_checks": sum(r["reference_check"] is not None for r in members),
         "reference_logic_errors": sum(r["reference_check"] == "logic-error" for r in members),
+        "replayed_rows": n - len(timed),
+        "replay_checked": len(replay_checked),
+        "replay_mismatches": sum(r["replay_nfe"] != r["spec_target_forwards"] for r in replay_checked),
+        "replay_cost": sum(r["replay_s"] for r in replay_checked) / replay_wall if replay_wall else None,
         "speedup_nfe": total["plain_target_forwards"] / total["spec_target_forwards"],
         "speedup_wall": total["plain_wall_s"] / wall if wall else None,
         "mean_accept_len": total["spec_commits"] / total["spec_nfe"],
@@ -216,16 +237,16 @@ def _arm_summary(key: dict[str, Any], members: list[dict[str, Any]]) -> dict[str
         "spec_accuracy": sum(bool(r["spec_correct"]) for r in scored) / len(scored) if scored else None,
         "plain_nfe_per_token": total["plain_nfe"] / max(1, total["plain_tokens"]),
         "spec_nfe_per_token": total["spec_nfe"] / max(1, total["spec_tokens"]),
-        "plain_tokens_per_s": total["plain_tokens"] / total["plain_wall_s"] if total["plain_wall_s"] else None,
-        "spec_tokens_per_s": total["spec_tokens"] / wall if wall else None,
-        "plain_prompts_per_s": n / total["plain_wall_s"] if total["plain_wall_s"] else None,
-        "spec_prompts_per_s": n / wall if wall else None,
+        "plain_tokens_per_s": timed_tokens["plain"] / total["plain_wall_s"] if total["plain_wall_s"] else None,
+        "spec_tokens_per_s": timed_tokens["spec"] / wall if wall else None,
+        "plain_prompts_per_s": len(timed) / total["plain_wall_s"] if total["plain_wall_s"] else None,
+        "spec_prompts_per_s": len(timed) / wall if wall else None,
         "proposer_share": total["spec_proposer_s"] / wall if wall else None,
         "target_share": total["spec_target_s"] / wall if wall else None,
         "plain_engine_share": 1 - total["plain_target_s"] / total["plain_wall_s"] if total["plain_wall_s"] else None,
-        "plain_latency_s": percentiles([r["plain_wall_s"] for r in members]),
-        "spec_latency_s": percentiles([r["spec_wall_s"] for r in members]),
-        **_wall_certainty(members),
+        "plain_latency_s": percentiles([r["plain_wall_s"] for r in timed]),
+        "spec_latency_s": percentiles([r["spec_wall_s"] for r in timed]),
+        **_wall_certainty(timed),
         "stale_hit_rate": sum(stale) / len(stale) if stale else None,
         **{f"stop_{reason}": total[f"stops_{reason}"] / total["spec_nfe"] for reason in ("leaf", "position", "token")},
     }

@@ -81,6 +81,12 @@ class ConvertRecipe:
         recipe.check(f"recipe {path}")
         return recipe
 
+    @property
+    def samples_per_task(self) -> int | None:
+        """The train-split samples of each task a conversion reads (`tasks.registry.train_answers`):
+        enough for the held-out share and `train_examples` (None: all)."""
+        return self.validation_examples + self.train_examples if self.train_examples else None
+
     def check(self, where: str) -> None:
         """What the schema cannot say: a block of one position is autoregressive decoding (its only
         token is predicted by the clean row before it), so there is nothing to train."""
@@ -91,6 +97,13 @@ class ConvertRecipe:
             )
         if self.init_adapter:
             init_folder(self)
+
+
+def held_out_first(per_task: list[list[tuple[list[int], list[int]]]], validation_examples: int) -> list:
+    """Every task's (prompt ids, answer ids) pairs in one list whose first `validation_examples` are an
+    equal share of each task's first pairs: the held-out loss covers every task."""
+    held = validation_examples // len(per_task)
+    return [p for task in per_task for p in task[:held]] + [p for task in per_task for p in task[held:]]
 
 
 def sequences(pairs: list[tuple[list[int], list[int]]], recipe: ConvertRecipe, eos_id: int) -> list[Sequence]:

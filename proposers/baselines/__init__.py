@@ -6,5 +6,6 @@
   budget, for diffusion and autoregressive targets;
 - `prompt_lookup`: prompt lookup decoding for autoregressive targets (n-gram matches in the context);
 - `draft_model`: classic draft-model speculative decoding (`draft-model:NAME`, a smaller
-  autoregressive model sharing the target's tokenizer).
+  autoregressive model sharing the target's tokenizer);
+- `family`: their registry entries (`FAMILIES`).
 """

@@ -7,5 +7,6 @@ or trees walked by the verifier's own samples). Registry names `psi-linear:DIR` 
 
 - `lora`: the gated LoRA and the drafter folder;
 - `proposer`: `PsiLinear` and `PsiTree`, drafting over the target's KV cache;
-- `training`: the diffusion distillation of a drafter (`spotbench train-drafter`).
+- `training`: the diffusion distillation of a drafter (`spotbench train-drafter`);
+- `family`: the registry entries: folder and settings parsing, fit checks, the files hashed into runs.
 """

@@ -28,22 +28,17 @@ vocabulary), and fixed ids make drafts reproducible.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from harness.bundled import ZOO_DIR
 from harness.decoding import DraftTree, Transition
 from harness.decoding.ar_rejection import DraftChain
 from harness.decoding.autoregressive import ARDraftRequest, DraftForwards
 from harness.decoding.rules import candidate_scores
 from harness.decoding.tree import DraftNode
-from harness.errors import UserError
-from harness.targets.ar import ARSession, ARTarget, folder_of, kv_layers
-from harness.targets.hub import local_or_hub
-from proposers.psi.lora import GatedLoRAModel, load_drafter, read_meta
+from harness.targets.ar import ARSession, kv_layers
+from proposers.psi.lora import GatedLoRAModel
 
 
 def noise_tokens(start: int, count: int, vocab_size: int) -> Tensor:
@@ -167,72 +162,3 @@ class PsiTree(PsiLinear):
             nodes.append(DraftNode(parent, Transition((depth,), (candidates[depth - 1][rank],))))
             push_children(len(nodes), -negative, depth + 1)
         return DraftTree(tuple(nodes))
-
-
-# --- registry: psi-linear:DIR[:B=..] and psi-tree:DIR[:B=..,K=..,V=..] ------------------------------
-
-DRAFTERS_DIR = ZOO_DIR / "drafters"
-OPTIONS = {"psi-linear": ("B",), "psi-tree": ("B", "K", "V")}
-MAX_K, MAX_V = 64, 256
-_LOADED: dict[tuple[Path, int], tuple[object, GatedLoRAModel]] = {}
-
-
-@dataclass(frozen=True)
-class PsiSpec:
-    folder: Path
-    meta: dict
-    options: dict[str, int]
-
-
-def parse_psi(name: str, argument: str | None) -> PsiSpec:
-    """`DIR[:B=4,K=3,V=8]` (a folder, or a folder name under zoo/drafters/): UserError if bad."""
-    if not argument:
-        raise UserError(f"proposer {name} needs a drafter folder: {name}:DIR (spotbench train-drafter writes one)")
-    where, _, settings = argument.partition(":")
-    folder = local_or_hub(where, DRAFTERS_DIR)
-    meta = read_meta(folder)
-    options: dict[str, int] = {}
-    for item in filter(None, settings.split(",")):
-        key, _, value = item.partition("=")
-        if key not in OPTIONS[name] or not value.lstrip("-").isdigit():
-            raise UserError(f"{name}: cannot parse {item!r}; settings are {', '.join(k + '=N' for k in OPTIONS[name])}")
-        options[key] = int(value)
-    limits = {"B": (1, meta["max_block"] + 1), "K": (1, MAX_K), "V": (1, MAX_V)}
-    for key, number in options.items():
-        low, high = limits[key]
-        if not low <= number <= high:
-            why = f" (the drafter's largest training block is {meta['max_block']} noise rows)" if key == "B" else ""
-            raise UserError(f"{name}: {key}={number} is out of range {low}..{high}{why}")
-    return PsiSpec(folder.resolve(), meta, options)
-
-
-def psi_trained_on(name: str, argument: str | None) -> str:
-    return parse_psi(name, argument).meta["base"]
-
-
-def check_psi_fits(name: str, argument: str | None, model: str) -> None:
-    """A drafter drafts for the model it was distilled from (by name here; by weights when built)."""
-    base = parse_psi(name, argument).meta["base"]
-    if _identity(base) != _identity(model):
-        raise UserError(
-            f"{name}:{argument} is a drafter for model {base!r}, not {model!r}; train one with "
-            f"spotbench train-drafter (recipe base: {model})"
-        )
-
-
-def build_psi(name: str, argument: str | None, target: ARTarget) -> PsiLinear:
-    spec = parse_psi(name, argument)
-    key = (spec.folder, id(target.model))
-    if key not in _LOADED or _LOADED[key][0] is not target.model:
-        _LOADED[key] = (target.model, load_drafter(spec.folder, target.model))
-    drafter = _LOADED[key][1]
-    if name == "psi-linear":
-        return PsiLinear(drafter, spec.options.get("B"))
-    return PsiTree(
-        drafter, spec.options.get("B", spec.meta["max_block"] + 1), spec.options.get("K", 3), spec.options.get("V")
-    )
-
-
-def _identity(name: str) -> str:
-    folder = folder_of(name)
-    return str(folder.resolve()) if folder.exists() else name

@@ -78,6 +78,12 @@ class DrafterRecipe:
     """`bfloat16`: the frozen base in bfloat16 and every forward of the run, validation included,
     under autocast (the LoRA weights and their optimizer stay float32)."""
 
+    @property
+    def samples_per_task(self) -> int | None:
+        """The train-split samples of each task the drafter reads (`tasks.registry.train_answers`):
+        the held-out prompts and `train_examples` (None: all)."""
+        return self.validation_prompts + self.train_examples if self.train_examples else None
+
     @staticmethod
     def load(path: str | Path, steps: int | None = None) -> DrafterRecipe:
         return load_recipe(DrafterRecipe, path, {"steps": steps})

@@ -6,5 +6,6 @@ such patterns) is calibrated offline by counting plain trajectories of one targe
 budget at run time. The paper's code is not available: this is a reconstruction (docs/spiffy.md
 lists every decision). Registry names `spiffy` (the zoo graph for sdar-a) and `spiffy:DIR`.
 
-- `draft_graph`: patterns, the calibration (`spotbench calibrate-spiffy`) and `SpiffyProposer`.
+- `draft_graph`: patterns, the calibration (`spotbench calibrate-spiffy`) and `SpiffyProposer`;
+- `family`: the registry entry: the folder, the fit checks, the files hashed into runs.
 """

@@ -12,6 +12,8 @@ that the verifier walks each path. Registry names `spot` (the zoo checkpoint) an
 - `kernels`: the encoder's inference path (fused kernels, masked-only last layer);
 - `tree`: `SpotProposer` and its batched best-first tree search;
 - `recipe`, `collection`, `training`: the training recipe, the plain trajectories it learns from
-  (collected here or through the caller's map function) and the resumable training loop
-  (`spotbench train-proposer`).
+  (collected here or through the caller's map function) and the training run (`spotbench
+  train-proposer`);
+- `loop`: the resumable training loop SPOT and SPOT-Sets share;
+- `family`: the registry entry: the folder, the network cache, the rule check, the files hashed into runs.
 """

@@ -1,4 +1,5 @@
-"""Training SPOT on plain trajectories of one target: the loss and a resumable loop.
+"""Training SPOT on plain trajectories of one target: the loss, teachers, averaging and the run (the
+resumable loop is `proposers.spot.loop`, shared with SPOT-Sets).
 
 The recipe is `proposers.spot.recipe.SpotRecipe`; the examples come from `proposers.spot.collection`.
 
@@ -14,19 +15,16 @@ from pathlib import Path
 from typing import cast
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.optim.swa_utils import AveragedModel
-from tqdm import tqdm
 
 from harness.errors import UserError
 from harness.targets.target import DLMTarget
-from harness.training.loop import load_state, optimizer_step, save_state, warmup_cosine
 from harness.versions import git_revision
 from proposers.spot.collection import ChunkMap, Job, Views, collect_all, collected, collection_of, held_out
+from proposers.spot.loop import STATE_FILE, Extras, Run, train_steps
 from proposers.spot.network import CONFIG_FILE, SpotConfig, SpotEnsemble, SpotNet, joint_logp, load_spot, save_spot
 from proposers.spot.recipe import SpotRecipe
-
-STATE_FILE = "train_state.pt"
 
 
 def batch_loss(
@@ -114,19 +112,6 @@ def teachers_of(recipe: SpotRecipe, config: SpotConfig) -> tuple[SpotEnsemble | 
     return (SpotEnsemble(nets).eval() if nets else None), records
 
 
-def resumed(
-    path: Path, recipe: object, net: nn.Module, optimizer: torch.optim.Optimizer, order: torch.Generator
-) -> dict | None:
-    """The training state a run folder keeps (None on a fresh run; a run of another recipe is
-    refused), with the network, the optimizer and the example order restored from it."""
-    state = load_state(path, recipe, "use a new --run-dir")
-    if state is not None:
-        net.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        order.set_state(state["order"])
-    return state
-
-
 def train(
     recipe: SpotRecipe,
     target: DLMTarget,
@@ -155,42 +140,12 @@ def train(
     if recipe.init_checkpoint is not None:
         net.load_state_dict(weights)
     averaged = None if recipe.average_from is None else AveragedModel(net)
-    optimizer = torch.optim.AdamW(net.parameters(), lr=recipe.learning_rate, weight_decay=recipe.weight_decay)
-    order = torch.Generator().manual_seed(training_seed + 1)
-    step = 0
-    state_path = run_dir / STATE_FILE
-    state = resumed(state_path, recipe, net, optimizer, order)
-    if state is not None:
-        step = state["step"]
-        if averaged is not None:
-            averaged.load_state_dict(state["averaged"])
-    count = training["label"].numel()
-    draw = recipe.depth_decay ** training["depth"].double()
-    progress = tqdm(total=recipe.steps, initial=step, desc=f"train {recipe.name}", unit="step")
-    net.train()
-    while step < recipe.steps:
-        index = torch.multinomial(draw, recipe.batch_size, replacement=True, generator=order)
-        loss, _, _ = batch_loss(net, training, index, teacher, recipe.distill_weight)
-        held = step if recipe.average_from is None else min(step, recipe.average_from)
-        lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, held)
-        optimizer_step(optimizer, net.parameters(), loss, lr, grad_clip=1.0)
-        step += 1
-        if averaged is not None and recipe.average_from is not None and step > recipe.average_from:
-            averaged.update_parameters(net)
-        progress.update(1)
-        progress.set_postfix(loss=f"{loss.item():.3f}")
-        if step % recipe.checkpoint_every == 0 or step == recipe.steps:
-            state = dict(
-                recipe=dataclasses.asdict(recipe),
-                model=net.state_dict(),
-                optimizer=optimizer.state_dict(),
-                order=order.get_state(),
-                step=step,
-            )
-            if averaged is not None:
-                state["averaged"] = averaged.state_dict()
-            save_state(state_path, state)
-    progress.close()
+    step = train_steps(
+        recipe,
+        Run(net, list(net.parameters()), training_seed, run_dir / STATE_FILE, averaging(recipe, net, averaged)),
+        training["depth"],
+        lambda index: batch_loss(net, training, index, teacher, recipe.distill_weight)[0],
+    )
     if averaged is not None:
         net = cast(SpotNet, averaged.module)  # the averaged copy of the network
     net.eval()
@@ -206,10 +161,28 @@ def train(
             "teachers": taught_by,
             "git_revision": git_revision(),
         },
-        "examples": {"train": count, "validation": validation["label"].numel()},
+        "examples": {"train": training["label"].numel(), "validation": validation["label"].numel()},
         "validation": evaluate(net, validation, 1024),
         "validation_depths_0_3": evaluate(net, examples_where(validation, validation["depth"] < 4), 1024),
         "steps": step,
     }
     save_spot(net, out_dir, report)
     return report
+
+
+def averaging(recipe: SpotRecipe, net: SpotNet, averaged: AveragedModel | None) -> Extras:
+    """Stochastic weight averaging from `average_from` on (the learning rate held at its value there),
+    the average kept in each checkpoint; nothing without it."""
+    if averaged is None or recipe.average_from is None:
+        return Extras()
+    start = recipe.average_from
+
+    def restore(state: dict | None, step: int) -> None:
+        if state is not None:
+            averaged.load_state_dict(state["averaged"])
+
+    def after_step(step: int) -> None:
+        if step > start:
+            averaged.update_parameters(net)
+
+    return Extras(restore, after_step, lambda: {"averaged": averaged.state_dict()}, lambda step: min(step, start))

@@ -9,6 +9,9 @@ tree of set-transitions best-first. Registry names `spot-sets` (the zoo checkpoi
 
 - `network`: `SpotSetsNet`, the per-target `Calibration` (`spotbench calibrate`), checkpoint folders;
 - `tree`: `SpotSetsProposer` and its best-first search over sets;
-- `collection`, `training`: plain threshold trajectories and the training loop, with the calibration
-  fit (`spotbench train-proposer` with a recipe that names a rule).
+- `collection`, `training`: plain threshold trajectories and the training loop (`spotbench
+  train-proposer` with a recipe that names a rule);
+- `calibration`: the calibration fit and run (`spotbench calibrate`);
+- `family`: the registry entry: the folder, the network cache, the fit and rule checks, the files
+  hashed into runs.
 """

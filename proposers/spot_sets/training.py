@@ -1,7 +1,7 @@
-"""Training SPOT-Sets on plain threshold trajectories of one target, and calibrating a checkpoint for
-another: the recipe, the loss, a resumable loop with a learning curve, and the calibration fit.
+"""Training SPOT-Sets on plain threshold trajectories of one target: the recipe, the loss and a resumable
+loop with a learning curve (calibrating a checkpoint for another target: `proposers.spot_sets.calibration`).
 
-The examples come from `proposers.spot_sets.collection`. The loop is SPOT's (`proposers.spot.training`):
+The examples come from `proposers.spot_sets.collection`. The loop is SPOT's (`proposers.spot.loop`):
 one thread, deterministic by seed, examples drawn with probability `depth_decay ** depth`, generations
 held out for validation, `train_state.pt` every `checkpoint_every` steps so a rerun resumes. Additions:
 the recipe names its rule (`threshold:TAU`), `init_checkpoint` may be a SPOT checkpoint (its trunk and
@@ -18,12 +18,10 @@ from typing import cast
 
 import torch
 from torch import Tensor, nn
-from tqdm import tqdm
 
 from harness.errors import UserError
 from harness.recipes import load_recipe
 from harness.targets.target import DLMTarget
-from harness.training.loop import optimizer_step, save_state, warmup_cosine
 from harness.validation import (
     Count,
     Fraction,
@@ -39,10 +37,11 @@ from harness.validation import (
 from harness.versions import git_revision
 from proposers.spot.collection import ChunkMap, Job, collected, held_out
 from proposers.spot.features import CONFIDENCE, LOG_ODDS, MASKED, TOP
+from proposers.spot.loop import STATE_FILE, Extras, Run, train_steps
 from proposers.spot.network import CONFIG_FILE as SPOT_CONFIG_FILE
 from proposers.spot.network import SpotConfig, SpotEncoder
 from proposers.spot.recipe import SpotOptions
-from proposers.spot.training import checkpoint_at, examples_where, resumed
+from proposers.spot.training import checkpoint_at, examples_where
 from proposers.spot_sets.collection import SetViews, collect_all
 from proposers.spot_sets.network import (
     CONFIG_FILE,
@@ -52,12 +51,10 @@ from proposers.spot_sets.network import (
     load_spot_sets,
     predict,
     read_meta,
-    rule_inputs,
     save_spot_sets,
     threshold_tau,
 )
 
-STATE_FILE = "train_state.pt"
 EVAL_EXAMPLES = 20000
 """Validation examples the learning curve is measured on (every k-th, fixed): the full set at the end."""
 
@@ -270,45 +267,25 @@ def train(
         raise UserError(f"trainable names no parameter: {', '.join(unknown)}; parameters: {', '.join(names)}")
     for name, parameter in net.named_parameters():
         parameter.requires_grad_(recipe.trainable is None or name.startswith(tuple(recipe.trainable)))
-    optimizer = torch.optim.AdamW(
-        [p for p in net.parameters() if p.requires_grad], lr=recipe.learning_rate, weight_decay=recipe.weight_decay
-    )
-    order = torch.Generator().manual_seed(training_seed + 1)
-    step, curve = 0, []
-    state_path = run_dir / STATE_FILE
-    state = resumed(state_path, recipe, net, optimizer, order)
-    if state is not None:
-        step, curve = state["step"], state["curve"]
-    if step == 0:
-        curve = [{"step": 0} | evaluate(net.eval(), probe, recipe.tau)]
-    draw = recipe.depth_decay ** training["depth"].double()
-    progress = tqdm(total=recipe.steps, initial=step, desc=f"train {recipe.name}", unit="step")
-    net.train()
-    while step < recipe.steps:
-        index = torch.multinomial(draw, recipe.batch_size, replacement=True, generator=order)
-        loss = cast(Tensor, sum(set_nll(*forward(net, training, index, recipe.tau), training, index))).mean()
-        lr = warmup_cosine(recipe.learning_rate, recipe.warmup_steps, recipe.steps, step)
-        optimizer_step(optimizer, [p for p in net.parameters() if p.requires_grad], loss, lr, grad_clip=1.0)
-        step += 1
-        progress.update(1)
-        progress.set_postfix(loss=f"{loss.item():.3f}")
+    trained = [p for p in net.parameters() if p.requires_grad]
+    curve: list[dict] = []
+
+    def start(state: dict | None, step: int) -> None:
+        curve[:] = state["curve"] if state is not None else []
+        if step == 0:
+            curve[:] = [{"step": 0} | evaluate(net.eval(), probe, recipe.tau)]
+
+    def after_step(step: int) -> None:
         if step % recipe.eval_every == 0 or step == recipe.steps:
             curve.append({"step": step} | evaluate(net.eval(), probe, recipe.tau))
             net.train()
-        if step % recipe.checkpoint_every == 0 or step == recipe.steps:
-            save_state(
-                state_path,
-                dict(
-                    recipe=dataclasses.asdict(recipe),
-                    model=net.state_dict(),
-                    curve=curve,
-                    optimizer=optimizer.state_dict(),
-                    order=order.get_state(),
-                    step=step,
-                ),
-            )
-    progress.close()
-    net.eval()
+
+    step = train_steps(
+        recipe,
+        Run(net, trained, training_seed, run_dir / STATE_FILE, Extras(start, after_step, lambda: {"curve": curve})),
+        training["depth"],
+        lambda index: cast(Tensor, sum(set_nll(*forward(net, training, index, recipe.tau), training, index))).mean(),
+    )
     report = {
         "recipe": dataclasses.asdict(recipe),
         "provenance": {
@@ -330,40 +307,3 @@ def train(
     }
     save_spot_sets(net, out_dir, report)
     return report
-
-
-CALIBRATION_PRIOR = 0.01
-"""Weight of a Gaussian prior on the calibration's numbers (log scales and temperatures, bias, rule
-weights) around "no change": where the calibration examples separate commits perfectly the NLL
-alone keeps falling as the scale grows."""
-
-
-def fit_calibration(net: SpotSetsNet, data: dict[str, Tensor], tau: float) -> Calibration:
-    """The `Calibration` that minimises -log P(the child the target takes) on `data` (examples of the
-    target it is for) plus `CALIBRATION_PRIOR`, by L-BFGS in float64 on the network's outputs computed
-    once: seven numbers, deterministic."""
-    count = data["argmax"].numel()
-    with torch.no_grad():
-        outputs = [forward(net, data, index, tau) for index in torch.arange(count).split(1024)]
-        position, commit, token = (torch.cat([o[i] for o in outputs]).double() for i in range(3))
-        rule = rule_inputs(data["candidate"], data["ages"].long(), torch.full((count,), tau))
-        gap, odds_gap = (x.double() for x in rule)
-    position = position.clamp_min(-1e4)  # -inf / temperature would make the gradient NaN
-    index = torch.arange(count)
-    values = torch.zeros(7, dtype=torch.float64, requires_grad=True)
-    optimizer = torch.optim.LBFGS([values], lr=0.5, max_iter=200, line_search_fn="strong_wolfe")
-
-    def calibration(v: Tensor) -> Calibration:
-        """From (log commit scale, commit bias, commit rule weight, log position temperature, position
-        rule weight, log token temperature, top bias)."""
-        return Calibration(v[0].exp(), v[1], v[2], v[3].exp(), v[4], v[5].exp(), v[6])
-
-    def closure() -> Tensor:
-        optimizer.zero_grad()
-        calibrated = calibration(values).apply(position, commit, token, gap, odds_gap)
-        loss = cast(Tensor, sum(set_nll(*calibrated, data, index))).mean() + CALIBRATION_PRIOR * values.square().sum()
-        loss.backward()
-        return loss
-
-    optimizer.step(closure)
-    return Calibration(*(float(x) for x in dataclasses.astuple(calibration(values.detach()))))

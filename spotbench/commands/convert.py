@@ -36,8 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from harness.errors import UserError
     from harness.targets.base_context import base_context_length
     from harness.targets.registry import load_target
-    from harness.training.convert import ConvertRecipe, check_layout, check_out_dir, train_conversion
-    from spotbench.commands.train_drafter import task_pairs
+    from harness.training.convert import ConvertRecipe, check_layout, check_out_dir, held_out_first, train_conversion
+    from tasks.registry import train_answers
 
     recipe = ConvertRecipe.load(args.recipe, args.steps)
     check_out_dir(Path(args.out))
@@ -51,9 +51,8 @@ def run(args: argparse.Namespace) -> int:
     check_layout(recipe, base_context_length(recipe.base), f"recipe {args.recipe}")  # before anything is allocated
     base = load_target(recipe.base, "cpu", "float32")
     stop = args.stop_after_minutes * 60 if args.stop_after_minutes else None
-    per_task = [task_pairs(_Limits(recipe, name), base) for name in recipe.tasks]
-    held = recipe.validation_examples // len(per_task)
-    pairs = [p for task in per_task for p in task[:held]] + [p for task in per_task for p in task[held:]]
+    per_task = [train_answers([name], base.tokenizer, recipe.samples_per_task) for name in recipe.tasks]
+    pairs = held_out_first(per_task, recipe.validation_examples)
     report = train_conversion(recipe, base, pairs, Path(args.out), stop)
     print(json.dumps({k: report[k] for k in ("name", "steps", "finished", "train_seconds", "heldout_loss")}))
     return 0
@@ -79,13 +78,3 @@ def check_base(name: str, where: str) -> None:
             "a causal LM (smollm2, a Llama/Qwen2/Qwen3 causal-LM folder)"
         )
     check_ar_name(name)
-
-
-class _Limits:
-    """What `task_pairs` reads of a recipe, for one task: the held-out prompts are the first
-    `validation_examples` / tasks of each task, so the held-out loss covers every task."""
-
-    def __init__(self, recipe, task: str) -> None:
-        self.tasks = [task]
-        self.validation_prompts = recipe.validation_examples
-        self.train_examples = recipe.train_examples

@@ -1,10 +1,10 @@
 """`spotbench gate RUN_DIR --baseline BASELINE`: a release gate (thresholds in harness/gate.py).
 
 Exit status: 0 when every check passes, 1 with a table of the failing checks otherwise, 2 for bad
-input: a path that is not a run directory or a summary, a damaged run (`spotbench verify` lists the
-damage), a baseline whose digest is not the one given with --baseline-digest, or two runs whose
-settings that change results (checkpoint, proposer and data bytes among them) differ (without
---allow-config-diff).
+input: a path that is not a run directory or a summary, a --wall-band over a passes-only run, a
+damaged run (`spotbench verify` lists the damage), a baseline whose digest is not the one given with
+--baseline-digest, or two runs whose settings that change results (checkpoint, proposer and data
+bytes among them) differ (without --allow-config-diff).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--wall-band",
         type=float,
-        default=default.wall_band,
-        help="relative band around the baseline's speedup_wall_robust (disturbed rows left out)",
+        help=f"relative band around the baseline's speedup_wall_robust (disturbed rows left out; default "
+        f"{default.wall_band}; refused over a passes-only run, whose replayed rows have no wall time)",
     )
     parser.add_argument("--z", type=float, default=default.z, help="z of the Wilson bound on accuracy")
     parser.add_argument("--all", action="store_true", help="show passing checks too")
@@ -50,21 +50,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
     import sys
 
-    from harness.gate import Thresholds, check_digest, config_warning, gate, load_summary, render
+    from harness.gate import Thresholds, check_digest, config_warning, gate, load_summary, render, wall_band_for
     from harness.validation import Fraction, NonNegative, check_value
 
     # thresholds first: nan, a fraction above 1, a negative band or z would fail a run against itself
     thresholds = Thresholds(
         check_value(Fraction, args.accept_fraction, "--accept-fraction"),
         check_value(NonNegative, args.nfe_band, "--nfe-band"),
-        check_value(NonNegative, args.wall_band, "--wall-band"),
+        None if args.wall_band is None else check_value(NonNegative, args.wall_band, "--wall-band"),
         check_value(NonNegative, args.z, "--z"),
     )
     if args.baseline_digest is not None:
         check_digest(args.baseline, args.baseline_digest)
     run_summary, baseline = load_summary(args.run_dir), load_summary(args.baseline)
+    thresholds = dataclasses.replace(thresholds, wall_band=wall_band_for(run_summary, baseline, thresholds.wall_band))
     warning = config_warning(run_summary, baseline, args.allow_config_diff)
     if warning:
         print(f"spotbench: {warning}", file=sys.stderr)

@@ -55,6 +55,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--exact", action="store_true", default=None, help="exactness mode: float64 targets, rows evaluated one by one"
     )
     parser.add_argument(
+        "--passes-only",
+        action="store_true",
+        default=None,
+        help="replay every arm's passes from one plain decode per prompt, decoding a sample for real "
+        "(diffusion targets; docs/passes-only.md)",
+    )
+    parser.add_argument(
+        "--replay-check",
+        help="passes-only runs: prompts per worker unit decoded for real, shortest and longest first (default 4)",
+    )
+    parser.add_argument(
         "--ar-sampling",
         help="autoregressive arms: coupled (default; token-exact) or rejection "
         "(rejection sampling, lossless in distribution)",
@@ -109,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
             "untrained_block_length": args.untrained_block_length,
             "num_fewshot": args.fewshot,
             "exact": args.exact,
+            "passes_only": args.passes_only,
+            "replay_check": args.replay_check,
             "ar_sampling": args.ar_sampling,
             "mask_id": args.mask_id,
             "eos_id": args.eos_id,
@@ -138,6 +151,10 @@ def run(args: argparse.Namespace) -> int:
         + f"); report: {report}"
     )
     print(render_summary(result.summary.to_pylist(), TRANSFER_COLUMNS if args.transfer else COLUMNS))
+    if suite.passes_only:
+        from harness.passes_only import replay_statement
+
+        print(replay_statement(result.summary.to_pylist(), suite.exact))
     print(
         f"digest {run_digest(result.run_dir.path)}  (pins this run: spotbench verify prints it, "
         "spotbench gate --baseline-digest checks it)"

@@ -22,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.errors import UserError
     from harness.targets.registry import load_ar_only, target_kind
     from proposers.psi.training import DrafterRecipe, train_drafter
+    from tasks.registry import train_answers
 
     recipe = DrafterRecipe.load(args.recipe, args.steps)
     if target_kind(recipe.base) != "ar":
@@ -30,26 +31,7 @@ def run(args: argparse.Namespace) -> int:
             "drafts for causal LMs (smollm2, ar-a, a causal-LM folder)"
         )
     target = load_ar_only(recipe.base, args.device, "float32", what="Psi-Spec")
-    meta = train_drafter(recipe, target, task_pairs(recipe, target), Path(args.out))
+    pairs = train_answers(recipe.tasks, target.tokenizer, recipe.samples_per_task)
+    meta = train_drafter(recipe, target, pairs, Path(args.out))
     print(json.dumps({k: meta[k] for k in ("base", "base_hash", "steps", "train_seconds")} | {"curve": meta["curve"]}))
     return 0
-
-
-def task_pairs(recipe, target) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, reference answer ids) of the recipe's tasks' train splits, prompts built for the
-    base (its chat template, if any); only train splits: nothing from a test split trains a drafter."""
-    from tasks.base import prompt_ids
-    from tasks.registry import get_task
-
-    limit = recipe.validation_prompts + recipe.train_examples if recipe.train_examples else None
-    pairs = []
-    for name in recipe.tasks:
-        task = get_task(name, num_fewshot=0)
-        for sample in task.load("train", limit=limit):
-            pairs.append(
-                (
-                    prompt_ids(task, sample, target.tokenizer),
-                    target.tokenizer.encode(sample.target, add_special_tokens=False),
-                )
-            )
-    return pairs

@@ -233,3 +233,27 @@ def test_a_baseline_of_an_older_schema_version_is_refused_in_one_line(tmp_path, 
     assert main(["gate", run, "--baseline", base]) == 2
     err = capsys.readouterr().err.strip()
     assert f"holds results of schema version {SCHEMA_VERSION - 1}; this spotbench reads" in err and "\n" not in err
+
+
+def test_a_wall_band_over_replayed_rows_is_refused_and_without_one_wall_goes_unchecked() -> None:
+    from harness.errors import UserError
+    from harness.gate import Summary, wall_band_for
+
+    def side(replayed: int, source: str) -> Summary:
+        return Summary([{"replayed_rows": replayed}], "complete", {}, source)
+
+    full, passes = side(0, "full"), side(3, "passes")
+    assert wall_band_for(full, full, None) == Thresholds().wall_band and wall_band_for(full, full, 0.2) == 0.2
+    assert wall_band_for(passes, full, None) is None and wall_band_for(full, passes, None) is None
+    for run, baseline in ((passes, full), (full, passes)):
+        with pytest.raises(UserError, match="--wall-band gates wall time and passes is a passes-only run"):
+            wall_band_for(run, baseline, 0.5)
+    base = {
+        "model": "m", "proposer": "p", "task": "t", "temperature": 0.0, "rule": "top1", "budget": 2,
+        "batch_size": 1, "exact_rate": 1.0, "mean_accept_len": 2.0, "speedup_nfe": 2.0,
+        "speedup_wall_robust": 1.5, "disturbed_rows": 0, "n": 4, "correct": None, "accuracy": None,
+    }  # fmt: skip
+    slower = base | {"speedup_wall_robust": 0.1}
+    assert not all(c.ok for c in gate([slower], [base], "complete", Thresholds()))
+    unchecked = gate([slower], [base], "complete", Thresholds(wall_band=None))
+    assert all(c.ok for c in unchecked) and "speedup_wall_robust" not in {c.metric for c in unchecked}

@@ -1,4 +1,5 @@
-"""Shared fixtures: a real transformers tokenizer with a chat template, and one without."""
+"""Shared fixtures: a real transformers tokenizer with a chat template, and one without; the two
+forms a hostile program is jailed in (with the audit hook and with the jail alone)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,8 @@ def chat_tokenizer():
 @pytest.fixture(scope="session")
 def base_tokenizer():
     return make_tokenizer(None)
+
+
+@pytest.fixture(params=[True, False], ids=["jail+hook", "jail-only"])
+def hook(request) -> bool:
+    return request.param

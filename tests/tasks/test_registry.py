@@ -32,3 +32,18 @@ def test_num_fewshot_is_set_where_a_task_takes_examples_and_ignored_elsewhere():
     assert get_task("gsm8k").num_fewshot == 5 and get_task("gsm8k", 0).num_fewshot == 0
     assert get_task("mbpp", 1).num_fewshot == 1
     assert not hasattr(get_task("arith", 3), "num_fewshot")
+
+
+def test_train_answers_are_the_train_splits_prompts_and_answers_in_task_order():
+    from harness.targets.tiny import byte_tokenizer
+    from tasks.base import prompt_ids
+    from tasks.registry import train_answers
+
+    tokenizer = byte_tokenizer()
+    pairs = train_answers(["arith", "gsm8k"], tokenizer, limit=2)
+    samples = get_task("arith", 0).load("train", limit=2) + get_task("gsm8k", 0).load("train", limit=2)
+    assert len(pairs) == 4
+    for (prompt, answer), sample, name in zip(pairs, samples, ["arith"] * 2 + ["gsm8k"] * 2):
+        assert prompt == prompt_ids(get_task(name, 0), sample, tokenizer)
+        assert tokenizer.decode(answer) == sample.target
+    assert len(train_answers(["arith"], tokenizer)) == len(get_task("arith", 0).load("train"))  # None: all

@@ -17,7 +17,8 @@ from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_dlm_target
 from harness.targets.target import DLMTarget
 from proposers import build_proposer
-from proposers.registry import proposers_for, spot_sets_folder, spot_sets_net
+from proposers.registry import proposers_for
+from proposers.spot_sets.family import spot_sets_folder, spot_sets_net
 from proposers.spot_sets.network import Calibration
 from proposers.spot_sets.tree import SpotSetsProposer
 

@@ -18,7 +18,9 @@ from harness.decoding import DecodeConfig, parse_rule, plain_decode
 from harness.errors import UserError
 from harness.targets.hub import safetensors_size, snapshot
 from harness.targets.registry import load_dlm_target
-from proposers import registry
+from proposers.psi.family import parse_psi
+from proposers.spot.family import spot_folder
+from proposers.spot_sets.family import spot_sets_folder
 from spotbench.cli import main
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -94,10 +96,10 @@ def test_a_run_records_the_commit_and_files_and_hashes_them_as_a_folder(hub, tmp
 def test_proposer_and_drafter_checkpoints_take_hub_ids(hub) -> None:
     spot = lay_out(hub, "org/spot", ZOO_DIR / "proposers" / "spot-sdar-a")
     drafter = lay_out(hub, "org/psi", ZOO_DIR / "drafters" / "psi-ar-a")
-    assert registry.spot_folder("org/spot") == spot.resolve()
-    assert registry.psi.parse_psi("psi-tree", "org/psi:K=2").folder == drafter
+    assert spot_folder("org/spot") == spot.resolve()
+    assert parse_psi("psi-tree", "org/psi:K=2").folder == drafter
     # a committed folder of that spelling wins (spot-sets-calibrated/sdar-b is in the zoo, not the cache)
-    assert registry.spot_sets_folder("spot-sets-calibrated/sdar-b").is_relative_to(ZOO_DIR)
+    assert spot_sets_folder("spot-sets-calibrated/sdar-b").is_relative_to(ZOO_DIR)
 
 
 def test_a_local_folder_wins_over_a_hub_id_of_the_same_spelling(hub, tmp_path, reference) -> None:

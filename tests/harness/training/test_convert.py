@@ -287,3 +287,15 @@ def test_a_forged_record_is_one_line(tmp_path, key: str, value) -> None:
     with pytest.raises(UserError) as error:
         load_converted(tmp_path / "model", torch.float32, torch.device("cpu"))
     assert len(str(error.value).splitlines()) == 1
+
+
+def test_the_held_out_pairs_are_an_equal_share_of_each_tasks_first_pairs() -> None:
+    from harness.training.convert import held_out_first
+
+    first = [([1, i], [i]) for i in range(5)]
+    second = [([2, i], [i]) for i in range(3)]
+    pairs = held_out_first([first, second], 4)
+    assert pairs[:4] == first[:2] + second[:2]
+    assert pairs[4:] == first[2:] + second[2:]
+    recipe = ConvertRecipe(name="r", tasks=["arith"], validation_examples=4, train_examples=10)
+    assert recipe.samples_per_task == 14 and dataclasses.replace(recipe, train_examples=0).samples_per_task is None

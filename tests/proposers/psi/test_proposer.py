@@ -14,6 +14,7 @@ from harness.decoding.autoregressive import ARConfig, ARDraftRequest, ar_decode,
 from harness.decoding.noise import NoiseSource
 from harness.errors import UserError
 from harness.targets.ar import ARTarget, tiny_random_ar
+from proposers.psi import family as psi_family
 from proposers.psi import proposer as psi_spec
 from proposers.psi.lora import GatedLoRAModel, save_drafter, weights_hash
 from proposers.psi.proposer import PsiLinear, PsiTree
@@ -124,7 +125,7 @@ def test_registry_settings_and_model_check(tmp_path):
 
 def test_a_drafter_is_named_by_its_folder_under_zoo_drafters():
     assert check_proposer("psi-linear:psi-ar-a").trained_on == "ar-a"
-    assert psi_spec.parse_psi("psi-tree", "psi-ar-a:K=2").folder == ZOO_DIR / "drafters" / "psi-ar-a"
+    assert psi_family.parse_psi("psi-tree", "psi-ar-a:K=2").folder == ZOO_DIR / "drafters" / "psi-ar-a"
 
 
 def test_rejection_mode_at_t0_is_greedy_decoding():

@@ -10,7 +10,7 @@ from harness.targets.ar import tiny_random_ar
 from harness.training import loop
 from proposers.psi.lora import META_FILE, WEIGHTS_FILE, GatedLoRAModel
 from proposers.psi.training import DrafterRecipe, Sequence, layout, train_drafter, tv_loss
-from spotbench.commands.train_drafter import task_pairs
+from tasks.registry import train_answers
 
 RECIPE = """name: psi-tiny
 base: tiny-random-ar
@@ -97,7 +97,7 @@ def test_resume_is_bit_identical(tmp_path, monkeypatch):
     recipe_path.write_text(RECIPE)
     recipe = DrafterRecipe.load(recipe_path)
     target = tiny_random_ar(0)
-    pairs = task_pairs(recipe, target)
+    pairs = train_answers(recipe.tasks, target.tokenizer, recipe.samples_per_task)
     whole = train_drafter(recipe, target, pairs, tmp_path / "whole")
 
     calls = {"n": 0}

@@ -207,11 +207,11 @@ def test_init_checkpoint_starts_the_run_from_its_weights(tmp_path):
 
 
 def test_average_from_holds_the_learning_rate_and_saves_the_mean_of_the_later_weights(tmp_path, monkeypatch) -> None:
-    import proposers.spot.training as training
+    import proposers.spot.loop as loop
 
     learning_rates: list[float] = []
     weights: list[list[torch.Tensor]] = []
-    real_step = training.optimizer_step
+    real_step = loop.optimizer_step
 
     def recording(optimizer, parameters, loss, lr, grad_clip):
         parameters = list(parameters)
@@ -219,7 +219,7 @@ def test_average_from_holds_the_learning_rate_and_saves_the_mean_of_the_later_we
         learning_rates.append(lr)
         weights.append([p.detach().clone() for p in parameters])
 
-    monkeypatch.setattr(training, "optimizer_step", recording)
+    monkeypatch.setattr(loop, "optimizer_step", recording)
     recipe = tiny_recipe(steps=4, warmup_steps=2, average_from=1, learning_rate=0.01)
     target = load_dlm_target(recipe.target)
     train(recipe, target, jobs_for(recipe, target), tmp_path / "run", tmp_path / "out")

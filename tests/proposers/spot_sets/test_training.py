@@ -17,9 +17,10 @@ from harness.targets.registry import load_dlm_target
 from proposers.spot.collection import recipe_jobs
 from proposers.spot.features import MASKED
 from proposers.spot.network import SpotConfig, SpotNet, save_spot
+from proposers.spot_sets.calibration import fit_calibration
 from proposers.spot_sets.collection import NOT_COMMITTED, SetViews, collect
 from proposers.spot_sets.network import CONFIG_FILE, WEIGHTS_FILE, Calibration, SpotSetsNet, load_spot_sets
-from proposers.spot_sets.training import SpotSetsRecipe, evaluate, fit_calibration, train
+from proposers.spot_sets.training import SpotSetsRecipe, evaluate, train
 from tasks.registry import train_prompts
 
 PROMPT = list(b"Q: 2+2=?\nA:")

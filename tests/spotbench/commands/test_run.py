@@ -50,6 +50,11 @@ def test_flags_override_the_file_and_lists_are_typed(tmp_path) -> None:
             ["--proposers", "spot", "--rules", "top1,threshold:0.9"],
             "under threshold:0.9 a pass commits a set: use spot-sets",
         ),
+        (
+            ["--models", "tiny-random-ar", "--proposers", "prompt-lookup", "--passes-only"],
+            "--passes-only replays diffusion targets only and tiny-random-ar is autoregressive",
+        ),
+        (["--passes-only", "--replay-check", "0"], "--replay-check must be a whole number >= 1, got 0"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args, message) -> None:
@@ -181,3 +186,40 @@ def test_a_run_of_token_id_prompts_on_a_folder_without_tokenizer_completes_with_
     assert main(["verify", str(out)]) == 0
     assert main(["gate", str(out), "--baseline", str(out), "--all"]) == 0
     assert "not scored" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # two runs on local Ray workers
+def test_a_passes_only_run_counts_a_full_runs_passes_and_verifies_reports_and_gates(tmp_path, capsys) -> None:
+    """`run --passes-only --exact` on tiny-random:sdar: every row's pass counts are the full run's, the
+    sample's rows are decoded (wall time, exactness), the rest replayed; verify, report and the gate
+    take it, and a gate on wall time over it is refused in one line."""
+    from harness.runs.run_dir import RunDir as Runs
+
+    flags = [*SMALL, "--limit", "5", "--proposers", "confidence,oracle", "--budgets", "2,4", "--exact"]
+    flags += ["--temperatures", "0,1", "--batch-size", "2", "--workers", "1", "--no-progress"]
+    full, passes = tmp_path / "full", tmp_path / "passes"
+    assert main(["run", *flags, "--output", str(full)]) == 0
+    assert main(["run", *flags, "--passes-only", "--replay-check", "2", "--output", str(passes)]) == 0
+    stdout = capsys.readouterr().out
+    assert "replay: " in stdout and "(0 differ" in stdout and "floor <= 5%" in stdout
+    key = ("proposer", "sample_id", "temperature", "budget")
+    counts = ("plain_target_forwards", "spec_target_forwards", "spec_rows", "spec_commits", "correct")
+    rows = {
+        name: {tuple(r[k] for k in key): r for r in Runs.existing(path).read_rows().to_pylist()}
+        for name, path in (("full", full), ("passes", passes))
+    }
+    assert rows["full"].keys() == rows["passes"].keys() and len(rows["full"]) == 5 * 2 * 2 * 2
+    for k, row in rows["full"].items():
+        assert [row[c] for c in counts] == [rows["passes"][k][c] for c in counts], k
+    replayed = [r for r in rows["passes"].values() if r["replayed"]]
+    assert 0 < len(replayed) < len(rows["passes"])
+    summary = Runs.existing(passes).read_summary().to_pylist()
+    assert all(s["replay_checked"] > 0 and s["replay_mismatches"] == 0 and s["exact_rate"] == 1.0 for s in summary)
+    assert "Passes-only: replayed passes against the really decoded sample" in (passes / "report.html").read_text()
+    assert "not a passes-only run" in (full / "report.html").read_text()
+    assert main(["verify", str(passes)]) == 0
+    assert main(["gate", str(passes), "--baseline", str(full), "--allow-config-diff"]) == 0
+    capsys.readouterr()
+    assert main(["gate", str(passes), "--baseline", str(full), "--allow-config-diff", "--wall-band", "0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--wall-band gates wall time" in err and "passes-only run" in err and "\n" not in err
