@@ -60,8 +60,9 @@ report, an `original/` copy of the weights) change no result."""
 
 
 def run_inputs(suite: Suite) -> dict[str, dict[str, str]]:
-    """{"checkpoints": {model name or proposer spec: sha256}, "data": {file name: sha256}} for the suite;
-    files unchanged since an earlier start are not read again (`harness.hash_cache`)."""
+    """{"checkpoints": {model name or proposer spec: sha256}, "data": {file name: sha256}, "hub": {hub id
+    or spec naming one: "ORG/NAME@COMMIT: its files"}} for the suite; files unchanged since an earlier
+    start are not read again (`harness.hash_cache`). A hub id's snapshot is hashed as a local folder is."""
     from tasks.registry import get_task
 
     cache = HashCache()
@@ -80,30 +81,40 @@ def run_inputs(suite: Suite) -> dict[str, dict[str, str]]:
             checkpoints[spec] = files_sha256(files, cache.sha256)
     data = {path.name: cache.sha256(path) for name in suite.tasks for path in task_data_files(get_task(name))}
     cache.save()
-    return {"checkpoints": checkpoints, "data": data}
+    return {"checkpoints": checkpoints, "data": data, "hub": hub_records(suite)}
+
+
+def hub_records(suite: Suite) -> dict[str, str]:
+    """Which commit of which hub repository each hub-named model or checkpoint resolved to, and its files."""
+    from harness.bundled import ZOO_DIR
+    from harness.targets.hub import is_hub_id, snapshot
+
+    committed = (ZOO_DIR / "proposers", ZOO_DIR / "drafters")
+    named = {name: (name, ()) for name in suite.models} | {
+        spec: (spec.partition(":")[2].partition(":")[0], committed) for spec in suite.proposers if ":" in spec
+    }
+    return {key: snapshot(name).record() for key, (name, under) in named.items() if is_hub_id(name, *under)}
 
 
 def model_files(name: str) -> list[Path]:
     """The files a target name loads from (none for targets built in code)."""
-    from harness.targets.ar import SMOLLM2, folder_of, is_ar_name, smollm2_file
-    from harness.targets.zoo import model_dir, zoo_names
+    from harness.targets.ar import SMOLLM2, smollm2_file
+    from harness.targets.zoo import model_folder
 
     if name.startswith("tiny-random"):
         return []
-    if name in zoo_names():
-        return checkpoint_files(model_dir(name))
-    if is_ar_name(name) and name == SMOLLM2:
+    if name == SMOLLM2:
         return [smollm2_file()]
-    path = folder_of(name) if is_ar_name(name) else Path(name)
+    path = model_folder(name)
     return [path] if path.is_file() else checkpoint_files(path)
 
 
 def converted_base(name: str) -> str | None:
     """The base a converted target is a delta over (None for any other target)."""
     from harness.targets.converted import is_converted, read_meta
-    from harness.targets.zoo import model_dir, zoo_names
+    from harness.targets.zoo import model_folder
 
-    folder = model_dir(name) if name in zoo_names() else Path(name)
+    folder = model_folder(name)
     return read_meta(folder)["base"] if is_converted(folder) else None
 
 
@@ -123,7 +134,7 @@ def proposer_files(spec: str) -> list[Path]:
 def files_sha256(files: list[Path], file_sha256: Callable[[Path], str] = sha256_file) -> str:
     """One digest over files: their names (relative to their common folder) and contents (each hashed by
     `file_sha256`), in sorted order; for one folder's files the same as `folder_sha256` of the folder."""
-    files = sorted(Path(p).resolve() for p in files)
+    files = sorted(Path(os.path.abspath(p)) for p in files)  # not resolved: a hub snapshot links to blobs/
     root = files[0].parent if len(files) == 1 else Path(os.path.commonpath(files))
     digest = hashlib.sha256()
     for path in files:

@@ -215,7 +215,7 @@ def resolve(suite: Suite) -> None:
     from harness.targets.converted import check_converted, is_converted
     from harness.targets.registry import check_block_length_for, check_lengths_for
     from harness.targets.tiny import parse_tiny_name
-    from harness.targets.zoo import model_dir, zoo_names
+    from harness.targets.zoo import model_folder, zoo_names
     from proposers import check_arm_for_model, check_proposer, check_sampling
     from tasks.chat import check_token_id_prompts
     from tasks.prompt_ids import PREFIX as IDS_PREFIX
@@ -227,8 +227,8 @@ def resolve(suite: Suite) -> None:
             continue
         if model.startswith("tiny-random"):
             parse_tiny_name(model)
-        elif is_converted(model_dir(model) if model in zoo_names() else model):
-            check_converted(model_dir(model) if model in zoo_names() else Path(model))
+        elif is_converted(model_folder(model)):
+            check_converted(model_folder(model))
         elif model not in zoo_names():
             check_checkpoint_folder(model)
         check_block_length_for(model, suite.block_length_for(model), suite.untrained_block_length)
@@ -269,7 +269,7 @@ def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS, local: bo
     from harness.targets.converted import is_converted
     from harness.targets.registry import load_dlm_target, load_target
     from harness.targets.target import DLMTarget
-    from harness.targets.zoo import model_dir, zoo_names
+    from harness.targets.zoo import model_folder
     from tasks.chat import Chat
     from tasks.prompt_ids import PREFIX
     from tasks.registry import get_task
@@ -298,12 +298,10 @@ def check_targets(suite: Suite, flag_names: Mapping[str, str] = FLAGS, local: bo
         elif model.startswith("tiny-random"):
             tiny = load_dlm_target(model)  # built in code, tiny
             tokenizer, vocab_size = tiny.tokenizer, tiny.vocab_size
-        elif is_converted(model_dir(model) if model in zoo_names() else model):
+        elif is_converted(model_folder(model)):
             continue  # its base's vocabulary and tokenizer are checked where the base loads
         else:
-            fmt, config, tokenizer, _, _ = read_head(
-                model_dir(model) if model in zoo_names() else Path(model), suite.mask_id, suite.eos_id, flag
-            )
+            fmt, config, tokenizer, _, _ = read_head(model_folder(model), suite.mask_id, suite.eos_id, flag)
             vocab_size = config.vocab_size
         if not isinstance(vocab_size, int):
             continue
@@ -381,14 +379,16 @@ def check_prompts_fit(suite: Suite) -> None:
     from harness.targets.ar import is_ar_name
     from harness.targets.checkpoint import TOKENIZER_FILES
     from harness.targets.converted import is_converted
+    from harness.targets.zoo import model_folder
     from tasks.prompt_ids import PREFIX
 
     text_tasks = [name for name in suite.tasks if not name.startswith(PREFIX)]
     for model in suite.models:
+        folder = model_folder(model)
         bare = (
-            Path(model).is_dir()
-            and not is_converted(model)  # a converted target uses its base's tokenizer
-            and not any((Path(model) / f).is_file() for f in TOKENIZER_FILES)
+            folder.is_dir()
+            and not is_converted(folder)  # a converted target uses its base's tokenizer
+            and not any((folder / f).is_file() for f in TOKENIZER_FILES)
         )
         if text_tasks and bare and not is_ar_name(model):  # a GGUF file carries its own tokenizer
             raise UserError(
@@ -419,9 +419,9 @@ def check_checkpoint_folder(model: str) -> None:
     weights load on the workers): a folder that is not one must fail before a run directory exists."""
     from harness.targets.checkpoint import CONFIG, INDEX, SINGLE
     from harness.targets.formats import detect_format
-    from harness.targets.zoo import zoo_names
+    from harness.targets.zoo import model_folder, zoo_names
 
-    folder = Path(model)
+    folder = model_folder(model)
     if not folder.is_dir():
         zoo = ", ".join(zoo_names()) or "none built"
         raise UserError(

@@ -16,12 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.bundled import ZOO_DIR, find
+from harness.bundled import ZOO_DIR
 from harness.decoding import Generation, Proposer
 from harness.decoding.autoregressive import ARProposer
 from harness.targets.ar import ARTarget
+from harness.targets.hub import local_or_hub
 from harness.targets.target import DLMTarget
-from harness.targets.zoo import model_dir, zoo_names
+from harness.targets.zoo import model_folder
 
 KINDS = ("oracle", "ceiling", "baseline", "learned")
 """An arm's kind (`harness.pipeline.Arm`): the summary compares learned arms with the best baseline."""
@@ -69,9 +70,9 @@ class ProposerFamily:
 
 
 def zoo_folder(argument: str | None, default: str, under: str = "proposers") -> Path:
-    """The folder `name:argument` names: a path, or a folder name under zoo/<under>/ (`default` without
-    an argument). The caller checks what it holds."""
-    return find(argument, ZOO_DIR / under) if argument else ZOO_DIR / under / default
+    """The folder `name:argument` names: a path, a folder name under zoo/<under>/ (`default` without
+    an argument) or a hub id (`harness.targets.hub`). The caller checks what it holds."""
+    return local_or_hub(argument, ZOO_DIR / under) if argument else ZOO_DIR / under / default
 
 
 def folder_files(folder: Path) -> list[Path]:
@@ -88,7 +89,6 @@ def device_of(target: DLMTarget | ARTarget | None) -> str:
 
 
 def model_identity(name: str) -> str:
-    """What a model name points at: a zoo name and its checkpoint folder are the same model."""
-    if name in zoo_names():
-        return str(model_dir(name).resolve())
-    return str(Path(name).resolve()) if Path(name).exists() else name
+    """What a model name points at: a zoo name or hub id and its checkpoint folder are the same model."""
+    folder = model_folder(name)
+    return str(folder.resolve()) if folder.exists() else name

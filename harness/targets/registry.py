@@ -20,7 +20,7 @@ from harness.targets.families import FamilySpec, family
 from harness.targets.formats import detect_format
 from harness.targets.target import DLMTarget, check_geometry
 from harness.targets.tiny import parse_tiny_name, tiny_random_target
-from harness.targets.zoo import model_dir, zoo_entry, zoo_names
+from harness.targets.zoo import model_folder, zoo_entry, zoo_names
 
 
 def target_kind(name: str) -> str:
@@ -35,9 +35,9 @@ def family_of(name: str) -> FamilySpec:
         return family(zoo_entry(name).family)
     if name.startswith("tiny-random"):
         return family(parse_tiny_name(name)[0])
-    if is_converted(name):
+    if is_converted(model_folder(name)):
         return family("converted")
-    config = Path(name) / CONFIG
+    config = model_folder(name) / CONFIG
     try:
         return family(detect_format(json.loads(config.read_text(encoding="utf-8")), config).family)
     except (OSError, ValueError):
@@ -61,7 +61,7 @@ def trained_block_lengths(name: str) -> tuple[int, ...]:
 
     if is_ar_name(name) or name.startswith("tiny-random"):
         return ()
-    folder = model_dir(name) if name in zoo_names() else Path(name)
+    folder = model_folder(name)
     if is_converted(folder):
         recorded = read_meta(folder).get("block_length")
     elif name in zoo_names():
@@ -121,11 +121,6 @@ def load_target(
         if eos_id is not None:
             ar.eos_id = check_token_id(eos_id, ar.vocab_size, "eos id", "--eos-id")
         return ar
-    if name in zoo_names():
-        load = load_converted if is_converted(model_dir(name)) else load_checkpoint
-        target = load(model_dir(name), precision, where, mask_id, eos_id)
-        target.name = name
-        return target
     if name.startswith("tiny-random"):
         target = tiny_random_target(*parse_tiny_name(name)).to(where, precision)
         if mask_id is not None:
@@ -133,10 +128,13 @@ def load_target(
         if eos_id is not None:
             target.eos_id = check_token_id(eos_id, target.vocab_size, "eos id", "--eos-id")
         return target
-    if is_converted(name):
-        return load_converted(name, precision, where, mask_id, eos_id)
-    if Path(name).exists():
-        return load_checkpoint(name, precision, where, mask_id, eos_id)
+    folder = model_folder(name)
+    if folder.exists():
+        load = load_converted if is_converted(folder) else load_checkpoint
+        target = load(folder, precision, where, mask_id, eos_id)
+        if folder != Path(name):  # a zoo name or hub id keeps the name it was given
+            target.name = name
+        return target
     raise UserError(
         f"unknown target {name!r}; use a zoo model ({', '.join(zoo_names()) or 'none built'}), "
         "tiny-random:<family>[:seed], smollm2, tiny-random-ar[:seed] or an existing checkpoint folder"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.bundled import ZOO_DIR
+from harness.targets.hub import local_or_hub
 
 MODELS_DIR = ZOO_DIR / "models"
 RECIPES_DIR = ZOO_DIR / "recipes"
@@ -34,6 +35,12 @@ class ZooEntry:
 
 def model_dir(name: str) -> Path:
     return MODELS_DIR / name / "model"
+
+
+def model_folder(name: str) -> Path:
+    """The folder (or file) a target name loads from: a zoo model's checkpoint folder, else a local
+    path as typed, else a hub id's snapshot in the hub cache (`harness.targets.hub`; the local path wins)."""
+    return model_dir(name) if name in zoo_names() else local_or_hub(name)
 
 
 def zoo_names() -> list[str]:

@@ -8,9 +8,10 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.bundled import ZOO_DIR, find
+from harness.bundled import ZOO_DIR
 from harness.errors import UserError
 from harness.targets.ar import ARTarget, folder_of
+from harness.targets.hub import local_or_hub
 from harness.targets.target import DLMTarget
 from proposers.family import ProposerFamily, folder_files
 from proposers.psi.lora import GatedLoRAModel, load_drafter, read_meta
@@ -34,7 +35,7 @@ def parse_psi(name: str, argument: str | None) -> PsiSpec:
     if not argument:
         raise UserError(f"proposer {name} needs a drafter folder: {name}:DIR (spotbench train-drafter writes one)")
     where, _, settings = argument.partition(":")
-    folder = find(where, DRAFTERS_DIR)
+    folder = local_or_hub(where, DRAFTERS_DIR)
     meta = read_meta(folder)
     options: dict[str, int] = {}
     for item in filter(None, settings.split(",")):
