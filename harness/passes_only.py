@@ -186,14 +186,10 @@ def replay_statement(summary: Sequence[dict], exact_mode: bool) -> str:
     checked = sum(r["replay_checked"] for r in summary)
     differ = sum(r["replay_mismatches"] for r in summary)
     costs = [r["replay_cost"] for r in summary if r["replay_cost"] is not None]
-    verdict = (
-        ("every one a logic error (exactness mode)" if exact_mode else "float near-ties of the kept-logits reference")
-        if differ
-        else "all equal"
-    )
-    cost = f"{max(costs):.1%} at most, {sum(costs) / len(costs):.1%} on average" if costs else "not measured"
+    why = "logic errors (exactness mode)" if exact_mode else "float near-ties of the kept-logits reference"
+    cost = f"{max(costs):.1%} at most, {sum(costs) / len(costs):.1%} on average" if costs else "unmeasured"
     return (
         f"replay: {replayed} rows replayed; on the really decoded sample {checked - differ} of {checked} "
-        f"replayed pass counts equal the decoded ones ({differ} differ: {verdict}); an arm's replay costs "
-        f"{cost} of the decode it stands for (floor <= 5%); wall figures are the sample's"
+        f"replayed pass counts equal the decoded ones ({differ} differ{': ' + why if differ else ''}); an "
+        f"arm's replay costs {cost} of the decode it stands for (floor <= 5%); wall figures are the sample's"
     )

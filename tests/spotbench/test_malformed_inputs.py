@@ -84,6 +84,11 @@ CASES = {
     "suite-limit-text": Case(
         ["run", "--suite", "suite.yaml"], "limit must be a whole number >= 1, got many", {"suite.yaml": "limit: many\n"}
     ),
+    "run-passes-only-autoregressive": Case(
+        ["run", "--suite", "suite.yaml"],
+        "--passes-only replays diffusion targets only and tiny-random-ar is autoregressive",
+        {"suite.yaml": "models: [tiny-random-ar]\nproposers: [prompt-lookup]\npasses_only: true\n"},
+    ),
     "run-batch-size-zero": Case([*RUN, "--batch-size", "0"], "--batch-size must be a whole number >= 1, got 0"),
     "run-batch-size-negative": Case([*RUN, "--batch-size", "-4"], "--batch-size must be a whole number >= 1, got -4"),
     "run-batch-size-fraction": Case([*RUN, "--batch-size", "1.5"], "--batch-size must be a whole number >= 1"),
@@ -478,6 +483,7 @@ def test_malformed_input_is_one_clear_line(case: Case, tmp_path, monkeypatch, ca
         ("rules", "--rules", "threshold:2.0", "rules: ['threshold:2.0']"),
         ("limit", "--limit", "0", "limit: 0"),
         ("batch_sizes", "--batch-size", "0", "batch_sizes: [0]"),
+        ("replay_check", "--replay-check", "0", "replay_check: 0"),
         ("workers", "--workers", "0", "workers: 0"),
         ("steps", "--steps", "-5", "optimizer: {steps: -5}"),
     ],
