@@ -63,6 +63,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
                         made = [loop(None, 0) for loop in loops]
                     else:
                         made = [loop(build_proposer(arm, target, p), args.budget) for loop, p in zip(loops, plains)]
+                    print(f"{model} T={temperature:g} {arm} batch {batch}", file=sys.stderr, flush=True)
                     generations = decode_batch(target, made, batch)
                     metrics = [g.metrics for g in generations]
                     passes = sum(m.nfe for m in metrics)
@@ -87,9 +88,9 @@ def child(revision_root: Path, args: argparse.Namespace) -> list[dict]:
         f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("before", "child")
     ]
     env = dict(os.environ, PYTHONPATH=str(revision_root), OMP_NUM_THREADS="1")
-    out = subprocess.run(argv, env=env, cwd=revision_root, capture_output=True, text=True)
+    out = subprocess.run(argv, env=env, cwd=revision_root, stdout=subprocess.PIPE, text=True)
     if out.returncode:
-        raise SystemExit(f"the measurement at {revision_root} failed:\n{out.stderr[-3000:]}")
+        raise SystemExit(f"the measurement at {revision_root} failed (its error is above)")
     return json.loads(out.stdout.splitlines()[-1])
 
 
