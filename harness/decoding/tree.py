@@ -82,7 +82,7 @@ class BatchProposer(Protocol):
     ) -> list[DraftTree]: ...
 
 
-def unbatched_notice(proposer: Proposer) -> str | None:
+def unbatched_notice(proposer: object) -> str | None:
     """The one line a run records for a proposer that drafts one generation at a time, else None."""
     if isinstance(proposer, BatchProposer):
         return None
