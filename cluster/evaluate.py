@@ -101,6 +101,7 @@ class Evaluator:
     def evaluate(self, unit: Unit) -> list[list[Row]]:
         """The rows of each pending group of the unit, one list per (group, prompt), groups outer: the
         unit's prompts of each group are decoded together, `batch_size` at a time."""
+        from harness.decoding.tree import unbatched_notice
         from harness.lossless import near_tie_tolerance
         from harness.targets.registry import block_length_trained
         from proposers import build_proposer
@@ -124,6 +125,18 @@ class Evaluator:
             if self.suite.passes_only
             else evaluate_groups
         )
+
+        def build(spec: str, target: Any, plain: Any) -> Any:
+            """`build_proposer`, noting in the model's load record (the manifest's `loads`) a proposer
+            that drafts one generation at a time in a batch: slower, never silently."""
+            proposer = build_proposer(spec, target, plain)
+            notice = unbatched_notice(proposer) if batch_size > 1 else None
+            if notice:
+                notices = next(r for r in self.loads if r["model"] == unit.model).setdefault("notices", [])
+                if notice not in notices:
+                    notices.append(notice)
+            return proposer
+
         block_length = self.suite.block_length_for(unit.model)  # read from the target's files: once a unit
         trained = block_length_trained(unit.model, block_length)
         out = []
@@ -151,7 +164,7 @@ class Evaluator:
                 target,
                 groups,
                 chosen,
-                build_proposer,
+                build,
                 [scorer(s) for s in unit.samples],
                 self.suite.exact,
                 near_tie_tolerance(target.dtype),

@@ -1,11 +1,14 @@
 """Many generations, one target pass per step across them (DESIGN.md section 3, "Batches").
 
-A decoding loop is written for one generation, as a Python generator: where it needs the target it
+A decoding loop is written for one generation, as a Python generator: where it needs a draft it
+yields a `Draft` (its proposer and request) and receives the tree; where it needs the target it
 yields a `Pass` (its session and the states it wants evaluated) and receives their logits; when it is
-done it returns its `Generation`. `decode_batch` drives up to `batch_size` such generations at once:
-it collects the pass each active generation yields, evaluates all of them in ONE call of the
-target's `forward_many`, and hands each generation its own rows back. A generation that finishes
-leaves and the next pending one joins (continuous batching).
+done it returns its `Generation`. `decode_batch` drives up to `batch_size` such generations at once,
+in rounds: it collects the draft requests of every active generation and drafts them together
+(`harness.decoding.tree.propose_all`: one `propose_batch` call per kind of proposer), then the pass
+each one yields, evaluates all of them in ONE call of the target's `forward_many`, and hands each
+generation its own rows back. A generation that finishes leaves and the next pending one joins
+(continuous batching).
 
 Batching changes no generation's semantics: its noise is keyed by its own seed and steps, its
 proposer, rule and commits are its own, and its session counts its own passes and rows; only the
@@ -13,8 +16,9 @@ logits may differ in the last bits where the target pads rows together (never in
 `harness.targets.target.forward_sessions`).
 
 Time. A generation's `target_s` is its share of the batched passes it took part in (each pass's time
-split by rows evaluated); its proposer and engine time is its own (the driver times each resumption
-of its loop); its `wall_s` is the sum of both: the worker time it cost. So the walls of a batch add up
+split by rows evaluated); its `proposer_s` its share of the batched drafts (each call's time split
+evenly); its engine time is its own (the driver times each resumption of its loop); its `wall_s` is
+the sum of the three: the worker time it cost. So the walls of a batch add up
 to the batch's time, tokens / wall is the job's throughput, and at batch size 1 wall is the
 generation's latency as before.
 """
@@ -29,6 +33,7 @@ from typing import Any
 from torch import Tensor
 
 from harness.decoding.generation import Generation, synchronize
+from harness.decoding.tree import DraftRequest, Proposer, propose_all
 
 
 @dataclass(frozen=True)
@@ -58,8 +63,17 @@ class Pass:
         return (self.session, self.states) if self.parents is None else (self.session, self.states, self.parents)
 
 
-Decoding = Generator[Pass, Any, Generation]
-"""One generation's loop: yields the passes it needs, receives each one's logits, returns the result."""
+@dataclass(frozen=True)
+class Draft:
+    """What a generation asks of its proposer: the draft tree for `request`."""
+
+    proposer: Proposer
+    request: DraftRequest
+
+
+Decoding = Generator[Pass | Draft, Any, Generation]
+"""One generation's loop: yields the drafts and passes it needs, receives each one's tree or
+logits, returns the result."""
 
 
 def decode_batch(target: Any, generations: Iterable[Decoding], batch_size: int = 1) -> list[Generation]:
@@ -69,8 +83,8 @@ def decode_batch(target: Any, generations: Iterable[Decoding], batch_size: int =
     if batch_size < 1:
         raise ValueError(f"the batch size must be >= 1, got {batch_size}")
     pending = iter(enumerate(generations))
-    active: dict[int, tuple[Decoding, Pass]] = {}
-    clock: dict[int, list] = {}  # per generation: [own time, target share, passes]
+    active: dict[int, tuple[Decoding, Any]] = {}
+    clock: dict[int, list] = {}  # per generation: [own time, target share, passes, proposer share]
     done: dict[int, Generation] = {}
 
     def resume(index: int, loop: Decoding, value: Any) -> None:
@@ -79,14 +93,15 @@ def decode_batch(target: Any, generations: Iterable[Decoding], batch_size: int =
             request = loop.send(value)
         except StopIteration as stop:
             clock[index][0] += time.perf_counter() - before
-            own, share, passes = clock.pop(index)
+            own, share, passes, drafting = clock.pop(index)
             done[index] = stop.value
             if passes:  # a loop that never asked for a pass (an unbatched one) timed itself
                 stop.value.metrics.target_s = share
-                stop.value.metrics.wall_s = own + share
+                stop.value.metrics.proposer_s += drafting  # loops that draft themselves (AR) add 0
+                stop.value.metrics.wall_s = own + share + drafting
             return
         clock[index][0] += time.perf_counter() - before
-        clock[index][2] += 1
+        clock[index][2] += isinstance(request, Pass)
         active[index] = (loop, request)
 
     exhausted = False
@@ -96,8 +111,15 @@ def decode_batch(target: Any, generations: Iterable[Decoding], batch_size: int =
             if item is None:
                 exhausted = True
                 break
-            clock[item[0]] = [0.0, 0.0, 0]
+            clock[item[0]] = [0.0, 0.0, 0, 0.0]
             resume(item[0], item[1], None)
+        while drafting := [i for i in active if isinstance(active[i][1], Draft)]:
+            trees, seconds = propose_all(
+                [active[i][1].proposer for i in drafting], [active[i][1].request for i in drafting]
+            )
+            for index, tree, spent in zip(drafting, trees, seconds):
+                clock[index][3] += spent
+                resume(index, active.pop(index)[0], tree)
         if not active:
             break
         order = list(active)

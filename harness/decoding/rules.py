@@ -140,18 +140,41 @@ class Rule:
             noise = noise[masked.cpu()]
         scores = candidate_scores(x, noise, temperature)
         tokens = greedy_tokens(scores, self.mask_id)
+        return masked, tokens, self.confidence_of(x, tokens, temperature), scores
+
+    def confidence_of(self, x: Tensor, tokens: Tensor, temperature: float) -> Tensor:
+        """[...] the family's confidence of `tokens` [...] under float64 logits `x` [..., V], row by row."""
         tempered = x / temperature if temperature > 0 and self.confidence != "prob" else x
         if self.confidence == "prob":
-            confidence = x.log_softmax(-1).gather(-1, tokens[:, None]).squeeze(1).exp()
-        elif self.confidence == "tempered_prob":
-            confidence = tempered.log_softmax(-1).gather(-1, tokens[:, None]).squeeze(1).exp()
-        elif self.confidence == "margin":
+            return x.log_softmax(-1).gather(-1, tokens[..., None]).squeeze(-1).exp()
+        if self.confidence == "tempered_prob":
+            return tempered.log_softmax(-1).gather(-1, tokens[..., None]).squeeze(-1).exp()
+        if self.confidence == "margin":
             top2 = tempered.softmax(-1).topk(2, dim=-1).values
-            confidence = top2[:, 0] - top2[:, 1]
-        else:
-            probs = tempered.softmax(-1)
-            confidence = torch.special.xlogy(probs, probs).sum(-1)
-        return masked, tokens, confidence, scores
+            return top2[..., 0] - top2[..., 1]
+        probs = tempered.softmax(-1)
+        return torch.special.xlogy(probs, probs).sum(-1)
+
+    def decide_many(self, logits: Tensor, states: Tensor, noise: Tensor | None, temperature: float) -> list[Transition]:
+        """`self(logits[g], states[g], noise[g], temperature)` for every g, in one pass of tensor
+        operations over logits [G, B, V], states [G, B] and noise [G, B, V] (rows are computed alike
+        whichever rows surround them, so the transitions are the same bit for bit). Why: a batch's
+        proposers simulate the rule for every generation at each depth."""
+        masked = states.to(logits.device) == self.mask_id
+        if not bool(masked.any(-1).all()):
+            raise ValueError("a commit rule needs at least one masked position")
+        x = logits.double()
+        tokens = greedy_tokens(candidate_scores(x, noise, temperature), self.mask_id)
+        confidence = self.confidence_of(x, tokens, temperature).masked_fill(~masked, -math.inf)
+        chosen = torch.zeros_like(masked)
+        if self.tau is not None:
+            chosen = masked & (confidence > self.tau if self.strict else confidence >= self.tau)
+        chosen.scatter_(-1, confidence.argmax(-1, keepdim=True), True)
+        out = []
+        for row, token_row in zip(chosen.tolist(), tokens.tolist()):
+            positions = tuple(i for i, c in enumerate(row) if c)
+            out.append(Transition(positions, tuple(token_row[i] for i in positions)))
+        return out
 
     def _select(self, confidence: Tensor) -> Tensor:
         """Indices (into the masked positions, increasing) of the positions to commit."""

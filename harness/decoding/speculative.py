@@ -12,24 +12,24 @@ commits one transition. With `trace` the loop also keeps what the reference need
 close the rule's decision was (`StepRecord`, for divergence forensics) and the stale-token hit count;
 with `keep_logits`, the logits of every walked row (replay and SPOT's training data read them).
 
-The loop is written for one generation and yields each target pass it needs (`speculative_generation`);
+The loop is written for one generation and yields each draft and target pass it needs (`speculative_generation`);
 `harness.decoding.batch.decode_batch` drives one generation alone (`speculative_decode`) or many
 together, one target pass per step across them.
 """
 
 from __future__ import annotations
 
-import time
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from harness.decoding.batch import Decoding, Pass, decode_batch
+from harness.decoding.batch import Decoding, Draft, Pass, decode_batch
 from harness.decoding.generation import DecodeConfig, Generation
 from harness.decoding.metrics import Metrics
 from harness.decoding.noise import NoiseSource
 from harness.decoding.rules import StepRecord, Transition, greedy_tokens
-from harness.decoding.tree import DraftRequest, DraftTree, Proposer, prepare, stop_reason
+from harness.decoding.tree import BatchProposer, DraftRequest, DraftTree, Proposer, prepare, stop_reason
 from harness.targets.target import DLMTarget
 
 
@@ -57,8 +57,9 @@ def speculative_generation(
     trace: bool = False,
     keep_logits: bool = False,
 ) -> Decoding:
-    """The block loop of one generation: yields each target pass it needs (`Pass`), receives its
-    `BlockLogits`, returns the `Generation` (its times are filled in by `decode_batch`)."""
+    """The block loop of one generation: yields each draft it needs (`Draft`) and each target pass
+    (`Pass`), receives the tree and the pass's `BlockLogits`, returns the `Generation` (its times
+    are filled in by `decode_batch`)."""
     if budget < 0:
         raise ValueError(f"the draft budget must be >= 0, got {budget}")
     rule, temperature, size, mask_id = config.rule, config.temperature, config.block_length, target.mask_id
@@ -78,11 +79,8 @@ def speculative_generation(
         root_step = len(steps)
         if noise:
             noise.forget_before(root_step)
-        before = time.perf_counter()
-        draft = proposer.propose(
-            DraftRequest(stale, state, root_step, noise, rule, temperature, budget, tuple(history))
-        )
-        metrics.proposer_s += time.perf_counter() - before
+        request = DraftRequest(stale, state, root_step, noise, rule, temperature, budget, tuple(history))
+        draft = yield Draft(proposer, request)  # drafted with the batch's other generations
         tree = prepare(draft, state, mask_id, budget)
         logits = yield Pass(session, tree.states)  # one target pass over [root] + nodes
         # Walk: at each row the target's own transition; move to the child that drafted exactly it.
@@ -158,8 +156,13 @@ def count_stale_hits(metrics: Metrics, stale: Tensor, committed: list[Transition
 class NoDraft:
     """The proposer of plain decoding: drafts nothing."""
 
+    batch_key = None
+
     def propose(self, request: DraftRequest) -> DraftTree:
         return DraftTree()
+
+    def propose_batch(self, proposers: Sequence[BatchProposer], requests: Sequence[DraftRequest]) -> list[DraftTree]:
+        return [DraftTree()] * len(requests)
 
 
 def plain_decode(

@@ -12,8 +12,10 @@ request carries: never the target's current logits, so it cannot change what get
 
 from __future__ import annotations
 
+import time
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -61,6 +63,55 @@ class DraftRequest:
 
 class Proposer(Protocol):
     def propose(self, request: DraftRequest) -> DraftTree: ...
+
+
+@runtime_checkable
+class BatchProposer(Protocol):
+    """A proposer that drafts a round's trees for many generations in one call (`propose_all`):
+    `propose_batch(proposers, requests)` returns `proposers[i].propose(requests[i])` for every i,
+    where every `proposers[i]` has this proposer's class and `batch_key` (a network's outputs are
+    computed for all of them at once). Why: one call per generation per round made the harness,
+    not the target, the cost of a batched pass on a GPU."""
+
+    batch_key: Hashable
+
+    def propose(self, request: DraftRequest) -> DraftTree: ...
+
+    def propose_batch(
+        self, proposers: Sequence[BatchProposer], requests: Sequence[DraftRequest]
+    ) -> list[DraftTree]: ...
+
+
+def unbatched_notice(proposer: object) -> str | None:
+    """The one line a run records for a proposer that drafts one generation at a time, else None."""
+    if isinstance(proposer, BatchProposer):
+        return None
+    return f"{type(proposer).__name__} has no propose_batch: it drafts one generation at a time in a batch"
+
+
+def propose_all(proposers: Sequence[Proposer], requests: Sequence[DraftRequest]) -> tuple[list[DraftTree], list[float]]:
+    """One round's drafts and the seconds each cost: the requests whose proposers share class and
+    `batch_key` in one `propose_batch` call (its time split evenly), the others one by one."""
+    groups: dict[tuple, list[int]] = {}
+    for i, proposer in enumerate(proposers):
+        key = (type(proposer), proposer.batch_key) if isinstance(proposer, BatchProposer) else (None, i)
+        groups.setdefault(key, []).append(i)
+    trees: list[DraftTree] = [DraftTree()] * len(requests)
+    seconds = [0.0] * len(requests)
+    for (kind, _), members in groups.items():
+        before = time.perf_counter()
+        if kind is None:
+            trees[members[0]] = proposers[members[0]].propose(requests[members[0]])
+        else:
+            first = proposers[members[0]]
+            assert isinstance(first, BatchProposer)
+            batch = first.propose_batch([proposers[i] for i in members], [requests[i] for i in members])  # type: ignore[misc]
+            for i, tree in zip(members, batch):
+                trees[i] = tree
+        elapsed = (time.perf_counter() - before) / len(members)
+        for i in members:
+            seconds[i] = elapsed
+    return trees, seconds
 
 
 @dataclass

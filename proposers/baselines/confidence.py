@@ -10,29 +10,91 @@ positions. Without a stale view (first pass of a block on a block-causal target)
 
 from __future__ import annotations
 
-from harness.decoding import DraftNode, DraftRequest, DraftTree
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
+
+
+@dataclass
+class Chain:
+    """One request's chain while it grows: its state, last node, depth and nodes so far."""
+
+    request: DraftRequest
+    state: torch.Tensor
+    siblings_left: int
+    parent: int = 0
+    depth: int = 0
+    nodes: list[DraftNode] = field(default_factory=list)
 
 
 class ConfidenceProposer:
     def __init__(self, branch: bool = False):
         self.branch = branch
 
+    @property
+    def batch_key(self) -> bool:
+        return self.branch
+
     def propose(self, request: DraftRequest) -> DraftTree:
-        if request.stale is None or request.budget == 0:
-            return DraftTree()
-        rule, mask_id = request.rule, request.rule.mask_id
-        siblings_left = request.budget // 3 if self.branch else 0
-        nodes: list[DraftNode] = []
-        state, parent, depth = request.root, 0, 0
-        while len(nodes) < request.budget:
-            noise = request.noise(request.step + depth) if request.noise else None
-            transition = rule(request.stale, state, noise, request.temperature)
-            child = transition.apply(state)
-            if not bool((child == mask_id).any()):
-                break
-            if siblings_left and len(nodes) + 2 <= request.budget:
-                nodes.append(DraftNode(parent, rule(request.stale, child, noise, request.temperature)))
-                siblings_left -= 1
-            nodes.append(DraftNode(parent, transition))
-            state, parent, depth = child, len(nodes), depth + 1
-        return DraftTree(tuple(nodes))
+        return self.propose_batch([self], [request])[0]
+
+    def propose_batch(self, proposers: Sequence[object], requests: Sequence[DraftRequest]) -> list[DraftTree]:
+        """Every request's chain, grown depth by depth together: at each depth the rule runs once over
+        the stale logits of every chain still growing with the same rule, temperature and block
+        length (`Rule.decide_many`)."""
+        trees = [DraftTree()] * len(requests)
+        groups: dict[tuple, list[int]] = {}
+        for i, r in enumerate(requests):
+            if r.stale is not None and r.budget > 0:
+                groups.setdefault((r.rule, r.temperature, r.root.numel()), []).append(i)
+        for members in groups.values():
+            for i, tree in zip(members, self.chains([requests[i] for i in members])):
+                trees[i] = tree
+        return trees
+
+    def chains(self, requests: list[DraftRequest]) -> list[DraftTree]:
+        chains = [Chain(r, r.root, r.budget // 3 if self.branch else 0) for r in requests]
+        rule, temperature, mask_id = requests[0].rule, requests[0].temperature, requests[0].rule.mask_id
+        stale = torch.stack([r.stale for r in requests if r.stale is not None])
+        growing = list(range(len(chains)))
+        while growing:
+            noise = None
+            if temperature > 0:
+                noise = torch.stack([noise_at(chains[g]) for g in growing])
+            logits = stale[growing]
+            transitions = rule.decide_many(logits, torch.stack([chains[g].state for g in growing]), noise, temperature)
+            children = [t.apply(chains[g].state) for g, t in zip(growing, transitions)]
+            going = [k for k, child in enumerate(children) if bool((child == mask_id).any())]
+            branching = [
+                k
+                for k in going
+                if chains[growing[k]].siblings_left
+                and len(chains[growing[k]].nodes) + 2 <= chains[growing[k]].request.budget
+            ]
+            siblings: dict[int, Transition] = {}
+            if branching:
+                picked = rule.decide_many(
+                    logits[branching],
+                    torch.stack([children[k] for k in branching]),
+                    None if noise is None else noise[branching],
+                    temperature,
+                )
+                siblings = dict(zip(branching, picked))
+            for k in going:
+                chain = chains[growing[k]]
+                if k in siblings:
+                    chain.nodes.append(DraftNode(chain.parent, siblings[k]))
+                    chain.siblings_left -= 1
+                chain.nodes.append(DraftNode(chain.parent, transitions[k]))
+                chain.state, chain.parent, chain.depth = children[k], len(chain.nodes), chain.depth + 1
+            growing = [growing[k] for k in going if len(chains[growing[k]].nodes) < chains[growing[k]].request.budget]
+        return [DraftTree(tuple(chain.nodes)) for chain in chains]
+
+
+def noise_at(chain: Chain) -> torch.Tensor:
+    """The noise the target's rule uses at the chain's next depth (step + depth)."""
+    assert chain.request.noise is not None  # T > 0
+    return chain.request.noise(chain.request.step + chain.depth)

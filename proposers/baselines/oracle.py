@@ -29,6 +29,14 @@ class OracleProposer:
         self.steps = steps
         self.stale_tokens = stale_tokens
 
+    @property
+    def batch_key(self) -> bool:
+        return self.stale_tokens
+
+    def propose_batch(self, proposers: Sequence[OracleProposer], requests: Sequence[DraftRequest]) -> list[DraftTree]:
+        """Each generation's chain from its own plain trajectory: list slicing, no tensor work to share."""
+        return [proposer.propose(request) for proposer, request in zip(proposers, requests)]
+
     def propose(self, request: DraftRequest) -> DraftTree:
         mask_id, state = request.rule.mask_id, request.root
         if self.stale_tokens and request.stale is None:

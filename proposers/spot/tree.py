@@ -48,68 +48,27 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
 import torch
 from torch import Tensor
 
 from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
-from proposers.baselines.confidence import ConfidenceProposer
-from proposers.spot.features import (
-    CONFIDENCE,
-    GREEDY,
-    GREEDY_SHARE_OF_NEITHER,
-    MASKED,
-    NEITHER,
-    RUNNER_UP,
-    SUPPORTED_CONFIDENCE,
-    TOP,
-    Candidates,
-    StaleView,
-    candidates,
-    root_ages,
-    static_features,
+from proposers.spot.features import CONFIDENCE, MASKED, RUNNER_UP, TOP
+from proposers.spot.network import SpotEnsemble, SpotNet
+from proposers.spot.search import (
+    DEFAULT_LOOKAHEAD,
+    PathSearch,
+    Search,
+    StaleViewTreeProposer,
+    grow_together,
 )
-from proposers.spot.network import SpotEncoder, SpotEnsemble, SpotNet
 
 EXPAND = -1
 """A frontier entry's position for a drafted node whose children are not scored yet."""
-LOG_GREEDY_SHARE = math.log(GREEDY_SHARE_OF_NEITHER)
 Path = tuple[int, ...]
 """The positions a branch commits, root first: what the network's input at a node depends on."""
 Entry = tuple[float, int, int, int, int, int]
 """A frontier entry: (-log P(path walked), tie-break, parent node, parent depth, position, choice)."""
-DEFAULT_LOOKAHEAD = 3
-"""`SpotProposer.lookahead`: the most rows of one network call. On one CPU thread a row of the
-network costs about as much as a call's fixed work, so a guessed row pays only if it is right half
-the time: 2 to 4 were the fastest on sdar-a (budgets 8 and 16, within noise of each other), 8 was
-slower (benchmarks/proposer_cost.py --lookaheads 1,2,3,4,8). On a GPU, where a call costs about the
-same for any number of rows, a larger value saves calls (not measured)."""
-
-
-@dataclass(frozen=True)
-class DepthTables:
-    """One depth's stale candidates, as the search reads them: Python lists, features on the device."""
-
-    features: Tensor
-    """[B, CANDIDATE_FEATURES] on the network's device."""
-    tokens: dict[int, list[int]]
-    """The token a child drafts at each position, by its choice (TOP, RUNNER_UP, GREEDY)."""
-    greedy_third: list[bool]
-    """Where the greedy token is neither candidate (`Candidates.greedy_is_third`)."""
-
-    @staticmethod
-    def of(drafted: Candidates, device: torch.device) -> DepthTables:
-        tokens, runner_up, greedy = drafted.tokens.tolist(), drafted.runner_up.tolist(), drafted.greedy.tolist()
-        third = [g != t and g != r for g, t, r in zip(greedy, tokens, runner_up)]
-        return DepthTables(drafted.features.to(device), {TOP: tokens, RUNNER_UP: runner_up, GREEDY: greedy}, third)
-
-    def choices(self, token_logp: list[float], position: int) -> list[tuple[int, float]]:
-        """`Candidates.token_choices` on one position's row of the token head, as Python floats."""
-        out = [(TOP, token_logp[TOP]), (RUNNER_UP, token_logp[RUNNER_UP])]
-        if self.greedy_third[position]:
-            out.append((GREEDY, token_logp[NEITHER] + LOG_GREEDY_SHARE))
-        return out
 
 
 @dataclass(frozen=True)
@@ -132,59 +91,6 @@ class Output:
         return Output(position, values, token, order)
 
 
-Step = TypeVar("Step")
-"""One step of a path: a position (SPOT) or a set of positions (SPOT-Sets)."""
-Out = TypeVar("Out")
-"""The network's output at one node (`Output`, or SPOT-Sets' own)."""
-
-
-class PathSearch(Generic[Step, Out]):
-    """Everything a search reads about one pass: the network's outputs by path (cached, batched),
-    the stale candidates by depth, and the ages of every path; `step` and `evaluate` are the
-    network's."""
-
-    def __init__(self, net: SpotEncoder | SpotEnsemble, request: DraftRequest):
-        self.net = net
-        self.request = request
-        self.device = next(net.parameters()).device
-        assert request.stale is not None  # drafted for with a stale view only (StaleViewTreeProposer.propose)
-        self.view = StaleView.of(request.stale, request.temperature, request.rule.mask_id)
-        self.static = static_features(self.view).to(self.device)[None]
-        self.temperature = request.temperature
-        self.depths: dict[int, DepthTables] = {}
-        self.outputs: dict[tuple[Step, ...], Out] = {}
-        self.calls = 0
-        self.rows = 0
-        self._ages: dict[tuple[Step, ...], list[int]] = {
-            (): root_ages(request.root, request.rule.mask_id, request.history, net.config.max_age).tolist()
-        }
-
-    def at_depth(self, depth: int) -> DepthTables:
-        """The candidates the target's rule sees at `depth` (noise of step + depth); without noise
-        every depth has the same, computed once."""
-        key = depth if self.request.noise else 0
-        tables = self.depths.get(key)
-        if tables is None:
-            noise = self.request.noise(self.request.step + depth) if self.request.noise else None
-            tables = self.depths[key] = DepthTables.of(candidates(self.view, noise, self.request.rule), self.device)
-        return tables
-
-    def ages(self, path: tuple[Step, ...]) -> list[int]:
-        """`step` applied along the path, in Python (a list per path, cached)."""
-        ages = self._ages.get(path)
-        if ages is None:
-            ages = self._ages[path] = self.step(self.ages(path[:-1]), path[-1])
-        return ages
-
-    def step(self, ages: list[int], last: Step) -> list[int]:
-        """The ages one step (`last`) later."""
-        raise NotImplementedError
-
-    def evaluate(self, paths: list[tuple[Step, ...]]) -> None:
-        """One network call for all `paths` (distinct, not cached yet), read back in one transfer."""
-        raise NotImplementedError
-
-
 class SearchInputs(PathSearch[int, Output]):
     """SPOT's search inputs: paths of positions, outputs of `SpotNet` (or an ensemble)."""
 
@@ -194,26 +100,24 @@ class SearchInputs(PathSearch[int, Output]):
         out[position] = 0
         return out
 
-    def evaluate(self, paths: list[Path]) -> None:
-        """One network call for all `paths` (distinct, not cached yet), read back in one transfer."""
+    def inputs(self, paths: list[Path]) -> tuple[Tensor, ...]:
         n, depths = len(paths), [len(path) for path in paths]
-        features = torch.stack([self.at_depth(depth).features for depth in depths])
-        ages = torch.tensor([self.ages(path) for path in paths], device=self.device)
-        with torch.inference_mode():  # the same kernels with less dispatch work per operation
-            position, token = self.net(
-                self.static.expand(n, -1, -1),
-                features,
-                ages,
-                torch.tensor(depths, device=self.device),
-                torch.full((n,), self.temperature, device=self.device),
-                masked_only=True,
-            )
-            position, token = position.cpu(), token.cpu()
+        return (
+            self.static.expand(n, -1, -1),
+            torch.stack([self.at_depth(depth).features for depth in depths]),
+            torch.tensor([self.ages(path) for path in paths], device=self.device),
+            torch.tensor(depths, device=self.device),
+            torch.full((n,), self.temperature, device=self.device),
+        )
+
+    def run(self, *inputs: Tensor) -> tuple[Tensor, ...]:
+        return self.net(*inputs, masked_only=True)
+
+    def store(self, paths: list[Path], outputs: tuple[Tensor, ...]) -> None:
+        position, token = outputs
         tokens = token.tolist()
         for i, path in enumerate(paths):
             self.outputs[path] = Output.of(position[i], tokens[i])
-        self.calls += 1
-        self.rows += n
 
     @functools.cached_property
     def prior(self) -> Output:
@@ -281,7 +185,13 @@ def plan(
 
 def grow(net: SpotNet | SpotEnsemble, request: DraftRequest, lookahead: int) -> tuple[DraftTree, SearchInputs]:
     """The best-first SPOT tree of `request` (stale view present, top1 rule, budget > 0), and the
-    inputs it read (for the count of calls and rows).
+    inputs it read (for the count of calls and rows): `search_tree` alone."""
+    inputs = SearchInputs(net, request)
+    return grow_together([(inputs, search_tree(inputs, lookahead))])[0], inputs
+
+
+def search_tree(inputs: SearchInputs, lookahead: int) -> Search:
+    """`grow`'s search, as a `Search` (so a batch's searches share network calls, `grow_together`).
 
     The loop is the batch-1 search's, entry for entry (so ties resolve alike): position EXPAND
     stands for a drafted node whose children are not scored yet; its output is read only when that
@@ -289,8 +199,7 @@ def grow(net: SpotNet | SpotEnsemble, request: DraftRequest, lookahead: int) -> 
     with the stale candidate, the runner-up or (where it is a third token) the greedy token, scored
     by P(position committed next) * P(that token).
     """
-    inputs = SearchInputs(net, request)
-    budget = request.budget
+    budget = inputs.request.budget
     frontier: list[Entry] = [(0.0, 0, 0, 0, EXPAND, TOP)]
     paths: list[Path] = [()]
     nodes: list[DraftNode] = []
@@ -304,7 +213,7 @@ def grow(net: SpotNet | SpotEnsemble, request: DraftRequest, lookahead: int) -> 
             if left <= 1:
                 continue  # the only child would complete the block: the verifier's bonus commit
             if path not in inputs.outputs:
-                inputs.evaluate(plan(inputs, frontier, paths, len(nodes), entry, lookahead))
+                yield plan(inputs, frontier, paths, len(nodes), entry, lookahead)
             output, tables = inputs.outputs[path], inputs.at_depth(depth)
             assert output.token is not None  # evaluated by the network (only the prior has no token head)
             best = output.position.topk(min(left, budget - len(nodes)))
@@ -318,39 +227,7 @@ def grow(net: SpotNet | SpotEnsemble, request: DraftRequest, lookahead: int) -> 
         paths.append(paths[parent] + (position,))
         counter += 1
         heapq.heappush(frontier, (neg_logp, counter, len(nodes), depth + 1, EXPAND, TOP))
-    return DraftTree(tuple(nodes)), inputs
-
-
-Net = TypeVar("Net", bound="SpotEncoder | SpotEnsemble")
-"""A tree proposer's network."""
-
-
-class StaleViewTreeProposer(Generic[Net]):
-    """What SPOT and SPOT-Sets share around their tree search: a network `net`, the most rows of one
-    of its calls (`lookahead`), nothing drafted without a stale view or budget, and the confidence
-    chain under a rule other than theirs or a confidence that is not a probability (so a library
-    caller stays lossless). `draft` grows the tree."""
-
-    rule = ""
-    """The rule's name (`Rule.name`) the tree search drafts for."""
-
-    def __init__(self, net: Net, lookahead: int = DEFAULT_LOOKAHEAD):
-        if lookahead < 1:
-            raise ValueError(f"lookahead must be >= 1, got {lookahead}")
-        self.net = net
-        self.lookahead = lookahead
-        self.fallback = ConfidenceProposer()
-
-    @torch.no_grad()
-    def propose(self, request: DraftRequest) -> DraftTree:
-        if request.stale is None or request.budget == 0:
-            return DraftTree()
-        if request.rule.name != self.rule or request.rule.confidence not in SUPPORTED_CONFIDENCE:
-            return self.fallback.propose(request)
-        return self.draft(request)
-
-    def draft(self, request: DraftRequest) -> DraftTree:
-        raise NotImplementedError
+    return DraftTree(tuple(nodes))
 
 
 class SpotProposer(StaleViewTreeProposer[SpotNet | SpotEnsemble]):
@@ -369,5 +246,6 @@ class SpotProposer(StaleViewTreeProposer[SpotNet | SpotEnsemble]):
     def __init__(self, net: SpotNet | SpotEnsemble, lookahead: int = DEFAULT_LOOKAHEAD):
         super().__init__(net, lookahead)
 
-    def draft(self, request: DraftRequest) -> DraftTree:
-        return grow(self.net, request, self.lookahead)[0]
+    def search(self, request: DraftRequest) -> tuple[PathSearch, Search]:
+        inputs = SearchInputs(self.net, request)
+        return inputs, search_tree(inputs, self.lookahead)

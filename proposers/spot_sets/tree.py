@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 import torch
@@ -35,7 +36,7 @@ from torch import Tensor
 
 from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
 from proposers.spot.features import MASKED
-from proposers.spot.tree import DepthTables, PathSearch, StaleViewTreeProposer
+from proposers.spot.search import DepthTables, PathSearch, Search, StaleViewTreeProposer, grow_together
 from proposers.spot_sets.network import Calibration, SpotSetsNet, predict
 
 Path = tuple[tuple[int, ...], ...]
@@ -172,28 +173,27 @@ class SetSearch(PathSearch[tuple[int, ...], Output]):
     def step(self, ages: list[int], last: tuple[int, ...]) -> list[int]:
         return commit_set(ages, last)
 
-    def evaluate(self, paths: list[Path]) -> None:
-        """One network call for `paths` (distinct, not cached yet), read back in one transfer."""
+    def inputs(self, paths: list[Path]) -> tuple[Tensor, ...]:
         depths = [len(p) for p in paths]
         n, device = len(paths), self.device
         tau = self.request.rule.tau
         assert tau is not None  # a threshold rule (SpotSetsProposer.rule)
-        with torch.inference_mode():
-            position, commit, token = predict(
-                self.net,
-                self.calibration,
-                self.static.expand(n, -1, -1),
-                torch.stack([self.at_depth(d).features for d in depths]),
-                torch.tensor([self.ages(p) for p in paths], device=device),
-                torch.tensor(depths, device=device),
-                torch.full((n,), self.request.temperature, device=device),
-                torch.full((n,), float(tau), device=device),
-            )
-        position, commit, token = position.cpu(), commit.cpu(), token.cpu()
+        return (
+            self.static.expand(n, -1, -1),
+            torch.stack([self.at_depth(d).features for d in depths]),
+            torch.tensor([self.ages(p) for p in paths], device=device),
+            torch.tensor(depths, device=device),
+            torch.full((n,), self.request.temperature, device=device),
+            torch.full((n,), float(tau), device=device),
+        )
+
+    def run(self, *inputs: Tensor) -> tuple[Tensor, ...]:
+        return predict(self.net, self.calibration, *inputs)
+
+    def store(self, paths: list[Path], outputs: tuple[Tensor, ...]) -> None:
+        position, commit, token = outputs
         for i, path in enumerate(paths):
             self.outputs[path] = to_output(position[i], commit[i], token[i])
-        self.calls += 1
-        self.rows += n
 
 
 def to_output(position: Tensor, commit: Tensor, token: Tensor) -> Output:
@@ -222,9 +222,14 @@ def grow(
     net: SpotSetsNet, calibration: Calibration | None, request: DraftRequest, lookahead: int
 ) -> tuple[DraftTree, SetSearch]:
     """The best-first SPOT-Sets tree of `request` (stale view present, threshold rule, budget > 0),
-    and what the search read (its calls and rows)."""
+    and what the search read (its calls and rows): `search_sets` alone."""
     search = SetSearch(net, calibration, request)
-    budget = request.budget
+    return grow_together([(search, search_sets(search, lookahead))])[0], search
+
+
+def search_sets(search: SetSearch, lookahead: int) -> Search:
+    """`grow`'s search, as a `Search` (a batch's searches share network calls, `grow_together`)."""
+    budget = search.request.budget
     nodes: list[DraftNode] = []
     paths: list[Path] = [()]
     drafted: set[tuple[int, Transition]] = set()
@@ -240,7 +245,7 @@ def grow(
             if left <= 1:
                 continue  # the only child would complete the block: the verifier's bonus commit
             if path not in search.outputs:
-                search.evaluate([path] + upcoming(frontier, paths, search, lookahead - 1))
+                yield [path] + upcoming(frontier, paths, search, lookahead - 1)
             output = search.outputs[path]
             choices = NodeChoices(output, search.at_depth(len(path)))
             for argmax in output.order[: min(left, budget - len(nodes))]:
@@ -260,7 +265,7 @@ def grow(
         paths.append(parent_path + (transition.positions,))
         counter += 1
         heapq.heappush(frontier, (neg_score, counter, len(nodes), (), -1))
-    return DraftTree(tuple(nodes)), search
+    return DraftTree(tuple(nodes))
 
 
 class SpotSetsProposer(StaleViewTreeProposer[SpotSetsNet]):
@@ -283,5 +288,11 @@ class SpotSetsProposer(StaleViewTreeProposer[SpotSetsNet]):
         super().__init__(net, lookahead)
         self.calibration = calibration
 
-    def draft(self, request: DraftRequest) -> DraftTree:
-        return grow(self.net, self.calibration, request, self.lookahead)[0]
+    @property
+    def batch_key(self) -> Hashable:
+        """Proposers that draft together: same network, calibration and lookahead."""
+        return id(self.net), id(self.calibration), self.lookahead
+
+    def search(self, request: DraftRequest) -> tuple[PathSearch, Search]:
+        search = SetSearch(self.net, self.calibration, request)
+        return search, search_sets(search, self.lookahead)

@@ -64,6 +64,51 @@ def test_a_batch_decodes_every_prompt_as_batch_one_bit_for_bit_in_exactness_mode
                 assert check_lossless(plains[prompt], b, near_tie_tolerance(torch.float64)).exact
 
 
+MANY = PROMPTS + [list(f"{a}*{b}={a * b}; {b}+{a}=".encode()) for a in range(3, 9) for b in (4, 11)]
+"""16 prompts of different lengths: a batch of 16 with generations leaving and joining."""
+DRAFTERS = [("confidence", 8), ("confidence-branch", 6), ("oracle-order", 4), ("spot", 8)]
+"""Every top1 proposer that drafts in batches (`BatchProposer`): one call per round for all."""
+
+
+def decode_many(t: DLMTarget, cfg: DecodeConfig, arm, batch_size: int, prompts: list[list[int]], plains=None):
+    proposer, budget = arm
+    if proposer is None:
+        return decode_batch(t, [plain_generation(t, p, cfg, keep_logits=True) for p in prompts], batch_size)
+    built = [cast(Proposer, build_proposer(proposer, t, plain)) for plain in plains]
+    loops = [speculative_generation(t, p, d, cfg, budget, keep_logits=True) for p, d in zip(prompts, built)]
+    return decode_batch(t, loops, batch_size)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_batched_proposers_decode_every_prompt_as_batch_one_at_batch_5_and_16(family, temperature):
+    t = target(family, exact=True)
+    cfg = config(t, temperature)
+    plains = decode_many(t, cfg, (None, 0), 1, MANY)
+    for arm in DRAFTERS:
+        alone = decode_many(t, cfg, arm, 1, MANY, plains)
+        assert sum(g.metrics.draft_nodes for g in alone) > 0, arm  # the arm drafts
+        for batch_size in (5, 16):
+            for prompt, (b, a) in enumerate(zip(decode_many(t, cfg, arm, batch_size, MANY, plains), alone)):
+                assert batch_difference(b, a) is None, (arm, batch_size, prompt, batch_difference(b, a))
+                assert check_lossless(plains[prompt], b, near_tie_tolerance(torch.float64)).exact
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_batch_of_64_decodes_every_prompt_as_batch_one(temperature):
+    t = target("sdar", exact=True)
+    cfg = config(t, temperature)
+    prompts = [list(f"{a}+{b}=?".encode()) for a in range(8) for b in range(8)]
+    plains = decode_many(t, cfg, (None, 0), 1, prompts)
+    for b, a in zip(decode_many(t, cfg, (None, 0), 64, prompts), plains):
+        assert batch_difference(b, a) is None
+    for arm in DRAFTERS:
+        alone = decode_many(t, cfg, arm, 1, prompts, plains)
+        for b, a in zip(decode_many(t, cfg, arm, 64, prompts, plains), alone):
+            assert batch_difference(b, a) is None, arm
+
+
 @pytest.mark.parametrize("family", ["sdar", "llada"])
 def test_threshold_rule_batches_bit_for_bit_in_exactness_mode(family):
     t = target(family, exact=True)
@@ -73,6 +118,10 @@ def test_threshold_rule_batches_bit_for_bit_in_exactness_mode(family):
         alone = plains if arm[0] is None else decode_all(t, cfg, arm, 1, plains)
         for b, a in zip(decode_all(t, cfg, arm, 3, plains), alone):
             assert batch_difference(b, a) is None
+    for arm in [("confidence-branch", 6), ("spot-sets", 6)]:
+        alone = decode_many(t, cfg, arm, 1, MANY, plains := decode_many(t, cfg, (None, 0), 1, MANY))
+        for b, a in zip(decode_many(t, cfg, arm, 5, MANY, plains), alone):
+            assert batch_difference(b, a) is None, arm
 
 
 class BatchVariant(DLMTarget):

@@ -167,3 +167,25 @@ def test_the_recorded_decision_gap_is_the_rules_own_and_excludes_the_mask_token(
         if not bool((state == target.mask_id).any()):
             state = torch.full((16,), target.mask_id)
     assert differs > 0  # negative control: the whole-vocabulary gap is another number at some steps
+
+
+@pytest.mark.parametrize("confidence", ["prob", "tempered_prob", "margin", "neg_entropy"])
+@pytest.mark.parametrize("rule", ["top1", "threshold:0.3", "strict:0.3"])
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_decide_many_is_the_rule_on_every_row(confidence, rule, temperature):
+    # Random blocks with exact ties (repeated logits, whole repeated rows) and states with 1 to 7
+    # masked positions: every generation's transition equals the rule applied to it alone.
+    generator = torch.Generator().manual_seed(7)
+    tau = None if rule == "top1" else 0.3
+    r = Rule("top1" if tau is None else "threshold", MASK, confidence, tau, rule.startswith("strict"))
+    logits = (torch.randn(12, 8, V, generator=generator) * 3).round()  # few distinct values: ties
+    logits[3] = logits[2]
+    states = torch.randint(0, MASK, (12, 8), generator=generator)
+    for g in range(12):
+        states[g, torch.randperm(8, generator=generator)[: 1 + g % 7]] = MASK
+    noise = torch.rand(12, 8, V, generator=generator, dtype=torch.float64) if temperature else None
+    many = r.decide_many(logits, states, noise, temperature)
+    assert many == [r(logits[g], states[g], None if noise is None else noise[g], temperature) for g in range(12)]
+    assert len({t.positions for t in many}) > 3  # the rows decide differently
+    with pytest.raises(ValueError, match="masked"):
+        r.decide_many(logits[:1], torch.zeros(1, 8, dtype=torch.long), None, 0.0)

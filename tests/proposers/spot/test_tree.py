@@ -199,3 +199,46 @@ def test_the_tree_is_the_batch_1_searchs_on_every_pass_of_a_zoo_decode(name, tem
     config = DecodeConfig(parse_rule("top1", target.family, target.mask_id), 32, 32, temperature, 1)
     speculative_decode(target, prompt, Checked(), config, 8)
     assert len(passes) > 3 and max(passes) == 8
+
+
+def depth(tree: DraftTree) -> int:
+    """The deepest node's depth (0 for an empty tree)."""
+    depths = [0]
+    for node in tree.nodes:
+        depths.append(depths[node.parent] + 1)
+    return max(depths)
+
+
+@pytest.mark.parametrize("name", ["sharp", "zoo"])
+def test_a_batch_of_searches_costs_the_network_calls_of_its_longest_search(name):
+    # One round of a batch: 16 requests drafted together build each request's batch-1 tree, in as
+    # many network calls as the longest search alone needs (per block length: mixed sizes run apart).
+    net = nets()[name]
+    calls = [0]
+    hook = net.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    try:
+        for base in range(0, 96, 16):
+            requests = [random_request(seed) for seed in range(base, base + 16)]
+            alone: dict[int, list[int]] = {}
+            for request in requests:
+                alone.setdefault(request.root.numel(), []).append(grow(net, request, 3)[1].calls)
+            calls[0] = 0
+            trees = SpotProposer(net).propose_batch([], requests)
+            assert calls[0] == sum(max(c) for c in alone.values()) < sum(sum(c) for c in alone.values())
+            assert trees == [reference_tree(net, r) for r in requests]
+    finally:
+        hook.remove()
+
+
+def test_with_the_zoo_network_a_batch_makes_at_most_two_calls_per_tree_level():
+    net = zoo_spot()
+    calls = [0]
+    hook = net.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    try:
+        requests = [r for r in (random_request(seed) for seed in range(400)) if r.root.numel() == 32]
+        for start in range(0, 64, 16):
+            calls[0] = 0
+            trees = SpotProposer(net).propose_batch([], requests[start : start + 16])
+            assert 0 < calls[0] <= 2 * max(depth(tree) for tree in trees)
+    finally:
+        hook.remove()
