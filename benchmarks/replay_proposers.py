@@ -1,17 +1,18 @@
 """Proposers side by side on recorded plain generations: passes saved, in seconds (a script, not a test).
 
 Each prompt is decoded plainly once with its logits kept; every proposer (registry names and SPOT
-checkpoint folders) at every budget is then scored by `harness.decoding.replay`, which gives the pass
-count speculative decoding would make without running it (exact when a state's logits do not depend on
-its batch; see that module). The table prints speedup_nfe (plain passes / speculative passes, summed
-over prompts) and, for every proposer that is not a baseline, its ratio to the best of `confidence` and
-`confidence-branch` at the same budget with a 95% interval over resampled prompts
-(`harness/bootstrap.py`), and plain decoding's accuracy with its 95% Wilson interval. A prompt's logits
-are dropped once its arms are replayed, so a wide-block target of a large vocabulary fits in memory at
-any `--limit`; stderr gets each prompt's CPU seconds, plain and replayed. Exactness and wall time need
-real decoding (`spotbench run --transfer`); this is the quick loop for comparing checkpoints. `--stops`
-adds, per arm and budget, why its passes stopped (`harness.decoding.tree.stop_reason`): at a leaf, on a
-position no child drafted, on a drafted position with another token, or with nothing drafted.
+checkpoint folders) at every budget is then scored by `harness.decoding.replay`, which gives the
+pass count speculative decoding would make without running it (exact when a state's logits do not
+depend on its batch; see that module). The table prints speedup_nfe (plain passes / speculative
+passes, summed over prompts) and, for every proposer that is not a baseline, its ratio to the best
+of `confidence` and `confidence-branch` at the same budget with a 95% interval over resampled
+prompts (`harness/bootstrap.py`), and plain decoding's accuracy with its 95% Wilson interval. A
+prompt's logits are dropped once its arms are replayed, so a wide-block target of a large vocabulary
+fits in memory at any `--limit`; stderr gets each prompt's CPU seconds, plain and replayed. Exactness
+and wall time need real decoding (`spotbench run --transfer`); this is the quick loop for comparing
+checkpoints. `--stops` adds, per arm and budget, why its passes stopped
+(`harness.decoding.tree.stop_reason`): at a leaf, on a position no child drafted, on a drafted
+position with another token, or with nothing drafted.
 
     python benchmarks/replay_proposers.py --targets sdar-a,dream-a --tasks arith,gsm8k --limit 40 \\
         --proposers confidence,confidence-branch,spot --checkpoints /tmp/my-spot,/tmp/run1+/tmp/run2
