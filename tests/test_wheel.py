@@ -21,7 +21,8 @@ INSTALLED_LIMIT = 60_000_000  # bytes, unpacked
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("dist")
-    build = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)]
+    # the sdist first, then the wheel from it in a temporary folder (as .ci/run): no build/ in the checkout
+    build = [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)]
     subprocess.run(build, check=True, capture_output=True, cwd=ROOT)
     [path] = out.glob("spotbench-*.whl")
     return zipfile.ZipFile(path)
