@@ -10,11 +10,11 @@ import pytest
 from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
 from harness.bootstrap import interval
-from harness.runs.configs import compare
 from harness.errors import UserError
+from harness.runs.configs import compare
+from harness.runs.files import sha256_file
 from harness.runs.run_dir import RunDir
 from harness.runs.schema import ROW_SCHEMA, SCHEMA_VERSION, SUMMARY_METADATA, Row, group_id, part_name
-from harness.runs.files import sha256_file
 from harness.runs.summary import _joint_draws, summarize
 from tasks.registry import get_task
 

@@ -1,7 +1,8 @@
 """Run-directory integrity: every kind of damage is found, named, refused by readers and recomputed.
 
 Each damage test starts from a copy of one clean complete run; the clean copy verifies (exit 0), so
-a check that flags everything would fail the control, and one that flags nothing fails the rest."""
+a check that flags everything would fail the control, and one that flags nothing fails the rest.
+Runs that do not hold what their manifest says (forgeries): test_verify_forgeries.py."""
 
 import dataclasses
 import hashlib
@@ -15,47 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from cluster.evaluate import Evaluator, Unit
-from cluster.suite import Suite
 from harness.errors import UserError
+from harness.runs.files import INDEX_FILE, read_parquet, run_digest
 from harness.runs.run_dir import RunDir
-from harness.runs.schema import ROW_SCHEMA, SCHEMA_VERSION
-from harness.runs.files import INDEX_FILE, read_parquet, run_digest, sha256_file, write_parquet
+from harness.runs.schema import SCHEMA_VERSION
 from harness.runs.verify import AR_RULE as RUN_AR_RULE
 from spotbench.cli import main
 from tasks.registry import get_task
-
-SUITE = Suite(
-    models=("tiny-random:sdar",),
-    proposers=("confidence", "oracle"),
-    limit=2,
-    temperatures=(0.0,),
-    budgets=(0, 4),
-    gen_length=16,
-    block_length=8,
-)
-
-
-def _write(path, samples) -> RunDir:
-    run = RunDir.open(path, SUITE.config(), [0], split_sizes={"arith": len(get_task("arith").load("test"))})
-    evaluator = Evaluator(SUITE)
-    for sample in samples:
-        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
-            run.write_group(rows)
-    run.write_summary()
-    run.end_session("complete")
-    return run
-
-
-@pytest.fixture(scope="module")
-def clean(tmp_path_factory) -> RunDir:
-    return _write(tmp_path_factory.mktemp("store") / "clean", get_task("arith").load("test", limit=2))
-
-
-@pytest.fixture(scope="module")
-def foreign_file(tmp_path_factory):
-    """A valid sample file of another run (the third prompt): right schema, wrong run."""
-    other = _write(tmp_path_factory.mktemp("store") / "other", get_task("arith").load("test", limit=3)[2:])
-    return next(other.samples_dir.glob("*.parquet"))
 
 
 def rewrite(path, change) -> None:
@@ -121,163 +88,6 @@ def test_a_clean_run_verifies_and_prints_the_digest_sha256sum_gives(clean, capsy
     assert hashlib.sha256(listing).hexdigest() == run_digest(clean.path)
 
 
-def _forge_index(run: RunDir, name: str, **changes) -> None:
-    """Rewrite the index line of sample file `name` (a forger keeping the index consistent)."""
-    lines = [json.loads(line) for line in (run.path / INDEX_FILE).read_text().splitlines()]
-    for line in lines:
-        if line["file"] == name:
-            line.update(changes)
-    (run.path / INDEX_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
-
-
-def _forge_manifest(run: RunDir, change) -> None:
-    manifest = json.loads(run.manifest_path.read_text())
-    change(manifest)
-    run.manifest_path.write_text(json.dumps(manifest))
-
-
-def _copy_over_another_group(run: RunDir) -> None:
-    first, second = sorted(run.samples_dir.glob("*.parquet"))
-    shutil.copy(first, second)
-    _forge_index(run, second.name, sha256=sha256_file(second))
-
-
-def _set(key, value):
-    return lambda manifest: manifest["config"].__setitem__(key, value)
-
-
-FORGERIES = {
-    "file copied over another group's, index updated": (
-        _copy_over_another_group,
-        "not of the group it is indexed under (a file of another group in its place)",
-    ),
-    "file renamed to another group's name, index updated": (
-        lambda run: _rename_into_another_group(run),
-        "its rows belong in samples/",
-    ),
-    "manifest limit raised": (
-        lambda run: _forge_manifest(run, _set("limit", 3)),
-        "index.jsonl: tiny-random:sdar/arith has 2 prompts, the config plans 3",
-    ),
-    "manifest limit lowered": (
-        lambda run: _forge_manifest(run, _set("limit", 1)),
-        "manifest.json: config says limit 1, and the rows hold 2 prompts",
-    ),
-    "manifest temperature added": (
-        lambda run: _forge_manifest(run, _set("temperatures", [0.0, 1.0])),
-        "T=1 top1 seed 0 batch 8 lacks every arm of the config the manifest records",
-    ),
-    "manifest temperature replaced": (
-        lambda run: _forge_manifest(run, _set("temperatures", [1.0])),
-        "rows of temperature 0.0, which the run's config does not name",
-    ),
-    "manifest budget dropped": (
-        lambda run: _forge_manifest(run, _set("budgets", [4])),
-        "rows of budget 0, which the run's config does not name",
-    ),
-    "summary_sha256 removed": (
-        lambda run: _forge_manifest(run, lambda m: m.pop("summary_sha256")),
-        "manifest.json: a complete run's manifest without summary_sha256",
-    ),
-    "summary rewritten, its sha256 updated": (lambda run: _rewrite_summary(run), "speedup_nfe is 100.0, its rows give"),
-    "manifest inputs edited": (
-        lambda run: _forge_manifest(run, lambda m: m["inputs"]["checkpoints"].update(x="0" * 64)),
-        "summary.parquet: its metadata's inputs differs from manifest.json's",
-    ),
-}
-
-
-def _rename_into_another_group(run: RunDir) -> None:
-    first, second = sorted(run.samples_dir.glob("*.parquet"))
-    entries = [json.loads(line) for line in (run.path / INDEX_FILE).read_text().splitlines()]
-    second_entry = next(e for e in entries if e["file"] == second.name)
-    second.unlink()
-    first.rename(second)  # the first group's rows under the second's name: the index keeps the first's group
-    _forge_index(
-        run,
-        second.name,
-        sha256=sha256_file(second),
-        group=next(e for e in entries if e["file"] == first.name)["group"],
-        label=second_entry["label"],
-    )
-    _forge_index(run, first.name, removed="forged")
-    with (run.path / INDEX_FILE).open("a") as index:
-        index.write(json.dumps({"file": first.name, "removed": "forged"}) + "\n")
-    _forge_manifest(run, lambda m: m.update(groups=1, rows=4))
-
-
-def _rewrite_summary(run: RunDir) -> None:
-    table = pq.read_table(run.summary_path)
-    rewrite(
-        run.summary_path,
-        lambda t: t.set_column(
-            t.schema.get_field_index("speedup_nfe"), "speedup_nfe", pa.array([100.0] * t.num_rows)
-        ).replace_schema_metadata(table.schema.metadata),
-    )
-    _forge_manifest(run, lambda m: m.update(summary_sha256=sha256_file(run.summary_path)))
-
-
-@pytest.mark.parametrize("kind", FORGERIES)
-def test_a_run_that_does_not_hold_what_its_manifest_says_is_caught(kind, clean, tmp_path, capsys) -> None:
-    run = RunDir(tmp_path / "run")
-    shutil.copytree(clean.path, run.path)
-    forge, message = FORGERIES[kind]
-    forge(run)
-    assert main(["verify", str(run.path)]) == 1
-    out = capsys.readouterr().out
-    assert message in out and "digest" not in out, out
-    assert run_digest(run.path) != run_digest(clean.path)
-    assert main(["gate", str(run.path), "--baseline", str(clean.path)]) == 2
-    assert "is damaged" in capsys.readouterr().err
-
-
-def test_a_resumed_run_decodes_a_misfiled_group_again_and_counts_each_prompt_once(clean, tmp_path) -> None:
-    run = RunDir(tmp_path / "run")
-    shutil.copytree(clean.path, run.path)
-    _copy_over_another_group(run)
-    before = run.verify()
-    assert len(before.parts) == 1 and len(before.damage) == 1
-    reopened = RunDir.open(run.path, SUITE.config(), [0])
-    verification = reopened.verify()
-    assert not verification.damage and len(verification.parts) == 1  # the misfiled copy is out, its group planned
-    assert len({r["sample_id"] for r in verification.rows(ROW_SCHEMA).to_pylist()}) == 1
-
-
-def test_a_deliberate_consistent_edit_passes_verify_and_only_the_digest_refuses_it(clean, tmp_path, capsys) -> None:
-    """What the checks cannot see: rows edited and every record made to agree. The digest pins it."""
-    run = RunDir(tmp_path / "run")
-    shutil.copytree(clean.path, run.path)
-    first = sorted(run.samples_dir.glob("*.parquet"))[0]
-    table = read_parquet(first)
-    write_parquet(
-        table.set_column(
-            table.schema.get_field_index("spec_wall_s"),
-            "spec_wall_s",
-            pa.array([w / 2 for w in table.column("spec_wall_s").to_pylist()]),
-        ),
-        first,
-    )
-    _forge_index(run, first.name, sha256=sha256_file(first))
-    run.update_manifest(status="running")  # the forger recomputes the summary and its sha256 too
-    run.write_summary()
-    run.update_manifest(status="complete")
-    assert main(["verify", str(run.path)]) == 0
-    forged_digest = capsys.readouterr().out.strip().splitlines()[-1].removeprefix("digest ")
-    recorded = run_digest(clean.path)
-    assert forged_digest != recorded
-    assert main(["gate", str(clean.path), "--baseline", str(run.path), "--baseline-digest", recorded]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("spotbench: error: ") and f"has digest {forged_digest}, not {recorded}" in err
-    assert err.count("\n") == 1
-    # negative control: the recorded baseline itself passes with its digest
-    assert main(["gate", str(clean.path), "--baseline", str(clean.path), "--baseline-digest", recorded]) == 0
-    capsys.readouterr()
-    for bad, why in ((recorded[:10], "is not a digest"), ("sha256:" + recorded, None)):
-        code = main(["gate", str(clean.path), "--baseline", str(clean.path), "--baseline-digest", bad])
-        assert code == (2 if why else 0) and (why is None or why in capsys.readouterr().err)
-    assert main(["gate", str(clean.path), "--baseline", str(clean.summary_path), "--baseline-digest", recorded]) == 0
-
-
 @pytest.mark.parametrize("kind", DAMAGE)
 def test_every_kind_of_damage_is_one_line_naming_the_file_and_readers_refuse_it(
     kind, clean, foreign_file, tmp_path, capsys
@@ -319,7 +129,7 @@ def test_a_group_removed_with_its_index_line_and_an_edited_summary_are_found(cle
     assert "summary.parquet: changed since the run completed" in out
 
 
-def test_reopening_moves_damage_aside_and_plans_its_group_again(clean, tmp_path, capsys) -> None:
+def test_reopening_moves_damage_aside_and_plans_its_group_again(clean, suite, tmp_path, capsys) -> None:
     run = RunDir(tmp_path / "run")
     shutil.copytree(clean.path, run.path)
     first, second = sorted(run.samples_dir.glob("*.parquet"))
@@ -328,7 +138,7 @@ def test_reopening_moves_damage_aside_and_plans_its_group_again(clean, tmp_path,
     with (run.path / INDEX_FILE).open("a") as index:
         index.write('{"file": "cut-sho')  # an append cut short by a killed driver
     assert len(run.verify().damage) == 3
-    reopened = RunDir.open(run.path, SUITE.config(), [0])
+    reopened = RunDir.open(run.path, suite.config(), [0])
     verification = reopened.verify()
     assert not verification.damage and list(verification.parts) == [second.name]
     assert sorted(p.name.rsplit(".", 1)[0] for p in (run.path / "damaged").iterdir()) == sorted(
@@ -366,68 +176,9 @@ def test_the_rule_of_autoregressive_rows_is_the_decoders() -> None:
     assert RUN_AR_RULE == AR_RULE
 
 
-def _half_done_edit(run: RunDir) -> None:
-    """One row's spec_nfe edited and its index line made to agree; the summary left as it was."""
-    first = sorted(run.samples_dir.glob("*.parquet"))[0]
-    table = read_parquet(first)
-    column = table.schema.get_field_index("spec_nfe")
-    edited = [n + (i == 0) for i, n in enumerate(table.column("spec_nfe").to_pylist())]
-    write_parquet(table.set_column(column, table.schema.field(column), pa.array(edited, pa.int64())), first)
-    _forge_index(run, first.name, sha256=sha256_file(first))
-
-
-def _snapshot(directory) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
-
-
-def test_a_resume_refuses_rows_the_summary_does_not_summarize_and_writes_nothing(clean, tmp_path, capsys) -> None:
-    """A half-done edit (a row and its index line, not the summary) is found by verify; resuming must
-    not rebuild the summary from the edited rows (after which verify would pass), but refuse."""
-    run = RunDir(tmp_path / "run")
-    shutil.copytree(clean.path, run.path)
-    _half_done_edit(run)
-    assert main(["verify", str(run.path)]) == 1
-    assert "summary.parquet: tiny-random:sdar/arith" in capsys.readouterr().out
-    before = _snapshot(run.path)
-    with pytest.raises(UserError, match=r"cannot be resumed: summary\.parquet: .* restore .* new output directory"):
-        RunDir.open(run.path, SUITE.config(), [0])
-    assert _snapshot(run.path) == before
-    command = ["run", "--models", "tiny-random:sdar", "--proposers", "confidence,oracle", "--limit", "2"]
-    command += ["--temperatures", "0", "--budgets", "0,4", "--gen-length", "16", "--block-length", "8"]
-    assert main([*command, "--output", str(run.path), "--no-progress"]) == 2  # refused before Ray would start
-    err = capsys.readouterr().err
-    assert err.startswith("spotbench: error: ") and err.count("\n") == 1 and "cannot be resumed" in err, err
-    assert _snapshot(run.path) == before and main(["verify", str(run.path)]) == 1
-    # negative control: the same command resumes the clean run (nothing to decode, so no Ray either)
-    intact = tmp_path / "intact"
-    shutil.copytree(clean.path, intact)
-    assert main([*command, "--output", str(intact), "--no-progress"]) == 0
-    assert main(["verify", str(intact)]) == 0
-
-
-def test_config_history_records_only_extensions_that_add_work(tmp_path) -> None:
-    """A larger limit adds the next prompts of a split; past the split's end it adds none, and the
-    run's config and history stay as they were (no extension happened)."""
-    small = SUITE.config() | {"limit": 2}
-    RunDir.open(tmp_path / "whole", small, [0], split_sizes={"arith": 2})
-    reopened = RunDir.open(tmp_path / "whole", small | {"limit": 5}, [0], split_sizes={"arith": 2})
-    manifest = reopened.manifest()
-    assert manifest["config_history"] == [] and manifest["config"]["limit"] == 2
-    assert manifest["sessions"][-1]["extended"] == {}
-    grown = RunDir.open(tmp_path / "whole", small | {"limit": 5, "budgets": [0, 4, 8]}, [0], split_sizes={"arith": 2})
-    [entry] = grown.manifest()["config_history"]
-    assert entry["changes"] == {"budgets": [[0, 4], [0, 4, 8]]} and grown.manifest()["config"]["limit"] == 2
-    # negative control: a split with more prompts grows with the limit, and the history says so
-    RunDir.open(tmp_path / "part", small, [0], split_sizes={"arith": 24})
-    extended = RunDir.open(tmp_path / "part", small | {"limit": 5}, [0], split_sizes={"arith": 24}).manifest()
-    assert [e["changes"] for e in extended["config_history"]] == [{"limit": [2, 5]}]
-    assert extended["config"]["limit"] == 5 and extended["sessions"][-1]["extended"] == {"limit": [2, 5]}
-
-
-DAMAGED_RUNS = {
+DAMAGED_RUNS = {  # and the half-done edit, a conftest fixture
     "truncated": lambda run: _truncate(sorted(run.samples_dir.glob("*.parquet"))[0]),
     "bit flip": lambda run: flip_bit(sorted(run.samples_dir.glob("*.parquet"))[0]),
-    "half-done edit": _half_done_edit,
 }
 
 
@@ -436,11 +187,11 @@ def _truncate(path) -> None:
 
 
 @pytest.mark.slow
-def test_readers_of_a_damaged_run_exit_with_their_code_and_one_line_every_time(clean, tmp_path) -> None:
+def test_readers_of_a_damaged_run_exit_with_their_code_and_one_line_every_time(clean, half_done_edit, tmp_path) -> None:
     """report, verify and gate on damaged runs, 20 times each in fresh interpreters: each exits with
     its status and says its line, and nothing after it (no native thread aborting the exit)."""
     runs = {}
-    for kind, damage in DAMAGED_RUNS.items():
+    for kind, damage in (DAMAGED_RUNS | {"half-done edit": half_done_edit}).items():
         runs[kind] = RunDir(tmp_path / kind.replace(" ", "-"))
         shutil.copytree(clean.path, runs[kind].path)
         damage(runs[kind])
@@ -464,10 +215,10 @@ def test_readers_of_a_damaged_run_exit_with_their_code_and_one_line_every_time(c
     assert not any((run.path / "report.html").exists() for run in runs.values())
 
 
-def test_a_run_at_each_targets_own_block_length_verifies(tmp_path) -> None:
+def test_a_run_at_each_targets_own_block_length_verifies(suite, tmp_path) -> None:
     """A config without a block length (each target decodes at its trained one) names no block length
     to hold rows to: such a run writes, summarizes and verifies like any other."""
-    suite = dataclasses.replace(SUITE, block_length=None, limit=1)
+    suite = dataclasses.replace(suite, block_length=None, limit=1)
     run = RunDir.open(tmp_path, suite.config(), [0], split_sizes={"arith": len(get_task("arith").load("test"))})
     [sample] = get_task("arith").load("test", limit=1)
     for rows in Evaluator(suite).evaluate(Unit(suite.models[0], "arith", (sample,), tuple(suite.groups()))):
