@@ -20,6 +20,7 @@ confidence is >= tau (> tau for families with `threshold_strict`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -155,25 +156,25 @@ class Rule:
         probs = tempered.softmax(-1)
         return torch.special.xlogy(probs, probs).sum(-1)
 
-    def decide_many(self, logits: Tensor, states: Tensor, noise: Tensor | None, temperature: float) -> list[Transition]:
-        """`self(logits[g], states[g], noise[g], temperature)` for every g, in one pass of tensor
-        operations over logits [G, B, V], states [G, B] and noise [G, B, V] (rows are computed alike
-        whichever rows surround them, so the transitions are the same bit for bit). Why: a batch's
+    def decide_many(
+        self, logits: Sequence[Tensor], states: Sequence[Tensor], noise: Sequence[Tensor] | None, temperature: float
+    ) -> list[Transition]:
+        """`self(logits[g], states[g], noise[g], temperature)` for every generation g (logits [B, V],
+        state [B], noise [B, V]) in one pass of tensor operations over all their masked rows (each row
+        is computed as alone, so the transitions are the same bit for bit). Why: a batch's
         proposers simulate the rule for every generation at each depth."""
-        masked = states.to(logits.device) == self.mask_id
-        if not bool(masked.any(-1).all()):
+        masked = [(state == self.mask_id).nonzero().squeeze(1) for state in states]
+        if any(m.numel() == 0 for m in masked):
             raise ValueError("a commit rule needs at least one masked position")
-        x = logits.double()
-        tokens = greedy_tokens(candidate_scores(x, noise, temperature), self.mask_id)
-        confidence = self.confidence_of(x, tokens, temperature).masked_fill(~masked, -math.inf)
-        chosen = torch.zeros_like(masked)
-        if self.tau is not None:
-            chosen = masked & (confidence > self.tau if self.strict else confidence >= self.tau)
-        chosen.scatter_(-1, confidence.argmax(-1, keepdim=True), True)
+        x = torch.cat([rows.index_select(0, m.to(rows.device)) for rows, m in zip(logits, masked)]).double()
+        rows_noise = None if noise is None else torch.cat([n[m] for n, m in zip(noise, masked)])
+        tokens = greedy_tokens(candidate_scores(x, rows_noise, temperature), self.mask_id)
+        sizes = [len(m) for m in masked]
+        confidences = self.confidence_of(x, tokens, temperature).cpu().split(sizes)
         out = []
-        for row, token_row in zip(chosen.tolist(), tokens.tolist()):
-            positions = tuple(i for i, c in enumerate(row) if c)
-            out.append(Transition(positions, tuple(token_row[i] for i in positions)))
+        for m, row_tokens, confidence in zip(masked, tokens.cpu().split(sizes), confidences):
+            chosen = self._select(confidence)
+            out.append(Transition(tuple(m[chosen].tolist()), tuple(row_tokens[chosen].tolist())))
         return out
 
     def _select(self, confidence: Tensor) -> Tensor:

@@ -58,14 +58,12 @@ class ConfidenceProposer:
     def chains(self, requests: list[DraftRequest]) -> list[DraftTree]:
         chains = [Chain(r, r.root, r.budget // 3 if self.branch else 0) for r in requests]
         rule, temperature, mask_id = requests[0].rule, requests[0].temperature, requests[0].rule.mask_id
-        stale = torch.stack([r.stale for r in requests if r.stale is not None])
+        stale = [r.stale for r in requests if r.stale is not None]
         growing = list(range(len(chains)))
         while growing:
-            noise = None
-            if temperature > 0:
-                noise = torch.stack([noise_at(chains[g]) for g in growing])
-            logits = stale[growing]
-            transitions = rule.decide_many(logits, torch.stack([chains[g].state for g in growing]), noise, temperature)
+            noise = [noise_at(chains[g]) for g in growing] if temperature > 0 else None
+            logits = [stale[g] for g in growing]
+            transitions = rule.decide_many(logits, [chains[g].state for g in growing], noise, temperature)
             children = [t.apply(chains[g].state) for g, t in zip(growing, transitions)]
             going = [k for k, child in enumerate(children) if bool((child == mask_id).any())]
             branching = [
@@ -77,9 +75,9 @@ class ConfidenceProposer:
             siblings: dict[int, Transition] = {}
             if branching:
                 picked = rule.decide_many(
-                    logits[branching],
-                    torch.stack([children[k] for k in branching]),
-                    None if noise is None else noise[branching],
+                    [logits[k] for k in branching],
+                    [children[k] for k in branching],
+                    None if noise is None else [noise[k] for k in branching],
                     temperature,
                 )
                 siblings = dict(zip(branching, picked))

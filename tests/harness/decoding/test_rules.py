@@ -184,8 +184,8 @@ def test_decide_many_is_the_rule_on_every_row(confidence, rule, temperature):
     for g in range(12):
         states[g, torch.randperm(8, generator=generator)[: 1 + g % 7]] = MASK
     noise = torch.rand(12, 8, V, generator=generator, dtype=torch.float64) if temperature else None
-    many = r.decide_many(logits, states, noise, temperature)
+    many = r.decide_many(list(logits), list(states), None if noise is None else list(noise), temperature)
     assert many == [r(logits[g], states[g], None if noise is None else noise[g], temperature) for g in range(12)]
     assert len({t.positions for t in many}) > 3  # the rows decide differently
     with pytest.raises(ValueError, match="masked"):
-        r.decide_many(logits[:1], torch.zeros(1, 8, dtype=torch.long), None, 0.0)
+        r.decide_many([logits[0]], [torch.zeros(8, dtype=torch.long)], None, 0.0)
