@@ -22,7 +22,7 @@ import pyarrow as pa
 import torch
 
 from harness.lossless import near_tie_tolerance
-from harness.pipeline import Group, Score, evaluate_group
+from harness.pipeline import Group, Score, decode_group
 from harness.runs.schema import ROW_SCHEMA
 from harness.runs.summary import summarize
 from harness.targets.registry import load_target
@@ -73,7 +73,7 @@ def main() -> int:
 
                     rows += [
                         dataclasses.asdict(r)
-                        for r in evaluate_group(
+                        for r in decode_group(
                             target,
                             group,
                             chosen,

@@ -4,7 +4,7 @@ Work is planned in units of groups (a `Unit`: a few prompts of one (model, task)
 rule, seed) and batch size, i.e. their plain references and the arms of them still to do): a worker
 decodes a unit's prompts together, `batch_size` at a time, every arm next to its reference; units hold
 at most UNIT_BATCHES batches, so the last units of a run spread over the workers. Each worker actor
-holds one `Evaluator` (targets loaded once, on first use) and gets at most two units in flight, so it
+holds one `UnitDecoder` (targets loaded once, on first use) and gets at most two units in flight, so it
 never waits for the driver. The driver is the only writer: it writes each finished group atomically
 under a name derived from the group key and its arms, and plans only what is not verified on disk
 (`harness.runs.verify`), so
@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from cluster.connect import check_address, quiet_stdout, ray_session
-from cluster.evaluate import Evaluator, Unit
 from cluster.provenance import driver_hardware, run_inputs
 from cluster.suite import Suite, check_targets
+from cluster.unit_decoder import Unit, UnitDecoder
 from cluster.workers import Worker, gpu_workers, room_for, worker_threads
 from harness.errors import UserError
 from harness.passes_only import UNIT_PROMPTS as PASSES_ONLY_UNIT
@@ -101,13 +101,13 @@ def plan(suite: Suite, verified: Verification) -> tuple[list[Unit], int]:
     """The units still to do and the number of groups already complete on disk. A unit holds up to
     UNIT_BATCHES batches of prompts of one (model, task, group, batch size) with the same pending arms,
     in nearly equal chunks."""
-    evaluator = Evaluator(suite)
+    unit_decoder = UnitDecoder(suite)
     done = verified.done_arms()
-    wanted = {(arm.proposer, arm.budget) for arm in evaluator.arms}  # an `auto` budget is AUTO in rows
+    wanted = {(arm.proposer, arm.budget) for arm in unit_decoder.arms}  # an `auto` budget is AUTO in rows
     units, skipped = [], 0
     for model in suite.models:
         for task in suite.tasks:
-            samples = evaluator.task(task).load(suite.split, limit=suite.limit)
+            samples = unit_decoder.task(task).load(suite.split, limit=suite.limit)
             for batch_size in suite.batch_sizes:
                 unit_prompts = max(UNIT_BATCHES * batch_size, PASSES_ONLY_UNIT if suite.passes_only else 0)
                 for group in suite.groups(model):
@@ -329,7 +329,7 @@ class Dispatcher:
                 busy = sum(1 for s, _, _ in self.in_flight.values() if s == slot)
                 if self.queue and busy < depth:
                     unit = self.queue.popleft()
-                    self.in_flight[self.actors[slot].evaluate.remote(unit)] = (slot, self.actors[slot], unit)
+                    self.in_flight[self.actors[slot].decode.remote(unit)] = (slot, self.actors[slot], unit)
 
     def _collect(self, ref: Any) -> None:
         import ray

@@ -1,5 +1,5 @@
 """The worker actors of a run: how many the cluster holds, how many threads each gets, whether there
-is room for one more, and the actor itself (one `Evaluator`, targets loaded once)."""
+is room for one more, and the actor itself (one `UnitDecoder`, targets loaded once)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 import time
 from typing import Any
 
-from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
+from cluster.unit_decoder import Unit, UnitDecoder
 from harness.errors import UserError
 from harness.runs.schema import Row
 
@@ -41,15 +41,15 @@ class Worker:
         import torch
 
         torch.set_num_threads(threads)
-        self.evaluator = Evaluator(suite)
+        self.unit_decoder = UnitDecoder(suite)
         node = ray.get_runtime_context().get_node_id()[:12]
-        self.evaluator.worker = f"{node}:{self.evaluator.worker}"  # rows say which node and process
+        self.unit_decoder.worker = f"{node}:{self.unit_decoder.worker}"  # rows say which node and process
 
-    def evaluate(self, unit: Unit) -> list[list[Row]]:
-        return self.evaluator.evaluate(unit)
+    def decode(self, unit: Unit) -> list[list[Row]]:
+        return self.unit_decoder.decode(unit)
 
     def loads(self) -> list[dict[str, Any]]:
-        return self.evaluator.loads
+        return self.unit_decoder.loads
 
 
 def gpu_workers(suite: Suite, cluster_gpus: float) -> int:

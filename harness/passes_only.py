@@ -10,7 +10,7 @@ every arm is replayed from it in a fraction of the time a decode takes.
 What a row of such a run says (`harness.runs.schema.Row`):
 
 - the groups of the sample (`replay_checks` per call, shortest and longest prompt first:
-  `harness.pipeline.ends_first`) are decoded for real through `evaluate_groups`, so their rows are
+  `harness.pipeline.ends_first`) are decoded for real through `decode_groups`, so their rows are
   ordinary rows (wall time, exactness, scores) that also carry the replayed count (`replay_nfe`) and
   the replay's own time (`replay_s`). In exactness mode a replayed count that differs from the
   decoded one is a logic error (the row's verdict; exact_rate and the gate fail on it); otherwise
@@ -42,9 +42,9 @@ from harness.pipeline import (
     ProposerBuilder,
     Scorer,
     decode_config,
+    decode_groups,
     decode_text,
     ends_first,
-    evaluate_groups,
     row_of,
 )
 from harness.runs.schema import Row
@@ -68,7 +68,7 @@ def check_passes_only(models: Sequence[str], flag: str = "--passes-only") -> Non
             )
 
 
-def evaluate_passes_only(
+def replay_groups(
     target: DLMTarget | ARTarget,
     groups: Sequence[Group],
     arms: Sequence[Arm],
@@ -82,7 +82,7 @@ def evaluate_passes_only(
     reference_checks: int = 1,
     replay_checks: int = 4,
 ) -> list[list[Row]]:
-    """`harness.pipeline.evaluate_groups`'s rows, each arm's passes replayed from the group's plain
+    """`harness.pipeline.decode_groups`'s rows, each arm's passes replayed from the group's plain
     reference except on `replay_checks` groups, which are decoded for real and checked against it."""
     if isinstance(target, ARTarget) or ar_sampling != COUPLED:  # refused before a run (check_passes_only)
         raise ValueError("a passes-only run replays coupled diffusion decoding only")
@@ -93,7 +93,7 @@ def evaluate_passes_only(
         batch_size,
     )
     sample = sorted(ends_first(groups, replay_checks))
-    decoded = evaluate_groups(
+    decoded = decode_groups(
         target,
         [groups[i] for i in sample],
         arms,

@@ -1,6 +1,6 @@
 """The one arm pipeline: a prompt's plain reference once, then every arm beside it, one typed row each.
 
-Every command that decodes (`run` on Ray workers, `decode`, `diagnose`) calls `evaluate_group`, so a
+Every command that decodes (`run` on Ray workers, `decode`, `diagnose`) calls `decode_group`, so a
 row means the same thing wherever it was made: the plain reference is decoded once per group (prompt,
 temperature, rule, seed), every (proposer, budget) arm is decoded on the same process right after it
 (so `speedup_wall` compares like with like), checked against it (`harness.lossless`) and scored.
@@ -107,7 +107,7 @@ Scorer = Callable[[str], Score]
 """A completion's score against the sample's reference."""
 
 
-def evaluate_group(
+def decode_group(
     target: DLMTarget | ARTarget,
     group: Group,
     arms: Sequence[Arm],
@@ -118,11 +118,11 @@ def evaluate_group(
     worker: str = "",
     ar_sampling: str = COUPLED,
 ) -> list[Row]:
-    """The rows of one group (`evaluate_groups` with one group, decoded alone)."""
-    return evaluate_groups(target, [group], arms, build, [score], exact_mode, tolerance, worker, ar_sampling)[0]
+    """The rows of one group (`decode_groups` with one group, decoded alone)."""
+    return decode_groups(target, [group], arms, build, [score], exact_mode, tolerance, worker, ar_sampling)[0]
 
 
-def evaluate_groups(
+def decode_groups(
     target: DLMTarget | ARTarget,
     groups: Sequence[Group],
     arms: Sequence[Arm],

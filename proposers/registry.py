@@ -109,7 +109,7 @@ def proposers_for(kind: str) -> list[str]:
 
 def arms(specs: list[str] | tuple[str, ...], budgets: list[int | str] | tuple[int | str, ...]) -> list[Arm]:
     """Every (proposer, budget) arm, proposer-major, with each proposer's kind and training target;
-    budget `auto` is `AUTO` until a worker chooses it (`cluster.evaluate`)."""
+    budget `auto` is `AUTO` until a worker chooses it (`cluster.unit_decoder`)."""
     resolved = [check_proposer(spec) for spec in specs]
     return [
         Arm(arm.proposer, AUTO if budget == "auto" else cast(int, budget), arm.kind, arm.trained_on)

@@ -11,7 +11,7 @@ LLaDA's, Dream's and Fast-dLLM's evaluation scripts load their models) and the P
     spotbench lm-eval --model spotbench --model_args model=sdar-a,proposer=spot,budget=8 --tasks gsm8k --limit 8
 
 For each `generate_until` request the prompt is decoded plainly and speculatively with the same seed
-(`harness.pipeline.evaluate_group`, the pipeline behind `spotbench run`), the two are compared token
+(`harness.pipeline.decode_group`, the pipeline behind `spotbench run`), the two are compared token
 for token, and the speculative answer, cut at the task's stop strings, is what lm-eval scores. The
 verdict and the pass counts of each sample go into its request's generation arguments under
 `spotbench`, so `--log_samples` writes them with the sample; totals go into the results' `config`.
@@ -132,7 +132,7 @@ class SpotbenchLM(LM):
         )
 
     def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-        from harness.pipeline import Group, evaluate_group
+        from harness.pipeline import Group, decode_group
         from harness.targets.registry import block_length_trained
         from proposers import build_proposer
         from tasks.base import cut
@@ -156,7 +156,7 @@ class SpotbenchLM(LM):
                     self.settings["model"], self.suite.block_length_for(self.settings["model"])
                 ),
             )
-            [row] = evaluate_group(self.target, group, [self.arm], build_proposer, None, self.exact, self.tolerance)
+            [row] = decode_group(self.target, group, [self.arm], build_proposer, None, self.exact, self.tolerance)
             until = tuple(s for s in (gen_kwargs or {}).get("until", ()) if s)
             record = {
                 "verdict": row.verdict,

@@ -125,7 +125,7 @@ def decode_batch(target: Any, generations: Iterable[Decoding], batch_size: int =
         order = list(active)
         requests = [active[i][1] for i in order]
         before = time.perf_counter()
-        outputs = evaluate(target, requests)
+        outputs = forward_passes(target, requests)
         elapsed = time.perf_counter() - before
         rows = sum(r.rows for r in requests)
         for index, request, output in zip(order, requests, outputs):
@@ -135,7 +135,7 @@ def decode_batch(target: Any, generations: Iterable[Decoding], batch_size: int =
     return [done[i] for i in range(len(done))]
 
 
-def evaluate(target: Any, requests: list[Pass]) -> list[Any]:
+def forward_passes(target: Any, requests: list[Pass]) -> list[Any]:
     """The passes' outputs, in order: a single pass is its session's own `forward` (so a batch of one
     is exactly the unbatched decode), several go through the target's `forward_many`."""
     if len(requests) == 1 or not hasattr(target, "forward_many"):

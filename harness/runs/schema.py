@@ -31,7 +31,7 @@ SUMMARY_METADATA = b"spotbench_run"
 @dataclass(frozen=True)
 class Row:
     """One arm of one group: the Parquet row (one per (model, proposer, task, sample, temperature,
-    rule, budget, seed, batch size)). `harness.pipeline.evaluate_groups` is the only maker of rows."""
+    rule, budget, seed, batch size)). `harness.pipeline.decode_groups` is the only maker of rows."""
 
     # key
     model: str

@@ -167,10 +167,10 @@ class TargetSession:
         return states.to(self.prompt.device)
 
     def _evaluate(self, states: Tensor) -> BlockLogits:
-        evaluate = self._block_causal if self.target.family.attention == "block_causal" else self._full
+        forward = self._block_causal if self.target.family.attention == "block_causal" else self._full
         if not self.target.rowwise:
-            return evaluate(states)
-        parts = [evaluate(states[i : i + 1]) for i in range(states.shape[0])]
+            return forward(states)
+        parts = [forward(states[i : i + 1]) for i in range(states.shape[0])]
         following = [p.following for p in parts]
         return BlockLogits(
             torch.cat([p.current for p in parts]),

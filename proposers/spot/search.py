@@ -80,7 +80,7 @@ Out = TypeVar("Out")
 
 class PathSearch(Generic[Step, Out]):
     """Everything a search reads about one pass: the network's outputs by path (cached, batched),
-    the stale candidates by depth, and the ages of every path; `step` and `evaluate` are the
+    the stale candidates by depth, and the ages of every path; `step` and `score` are the
     network's."""
 
     def __init__(self, net: SpotEncoder | SpotEnsemble, request: DraftRequest):
@@ -132,12 +132,12 @@ class PathSearch(Generic[Step, Out]):
         """Keep the outputs (CPU rows, one per path) as this search's."""
         raise NotImplementedError
 
-    def evaluate(self, paths: list[tuple[Step, ...]]) -> None:
+    def score(self, paths: list[tuple[Step, ...]]) -> None:
         """One network call for all `paths` (distinct, not cached yet), read back in one transfer."""
-        evaluate_together([(self, paths)])
+        score_together([(self, paths)])
 
 
-def evaluate_together(work: Sequence[tuple[PathSearch, list]]) -> None:
+def score_together(work: Sequence[tuple[PathSearch, list]]) -> None:
     """One network call for the paths of several searches (same network, block length and settings:
     one round's generations), read back in one transfer. A row's output does not depend on the rows
     beside it (the matrix products have at least `kernels.MIN_ROWS` rows, tests/proposers/spot)."""
@@ -154,13 +154,13 @@ def evaluate_together(work: Sequence[tuple[PathSearch, list]]) -> None:
 
 
 Search = Generator[list, None, DraftTree]
-"""A tree search of one request: yields the paths it needs evaluated (`PathSearch.evaluate`, done by
+"""A tree search of one request: yields the paths it needs evaluated (`PathSearch.score`, done by
 the caller before resuming it), returns the tree."""
 
 
 def grow_together(searches: Sequence[tuple[PathSearch, Search]]) -> list[DraftTree]:
     """Run the searches in lockstep: each round, the paths every waiting search asks for go into one
-    network call per block length (`evaluate_together`), so a batch's searches cost the network calls
+    network call per block length (`score_together`), so a batch's searches cost the network calls
     of its longest one, not their sum."""
     trees: dict[int, DraftTree] = {}
     waiting: dict[int, list] = {}
@@ -178,7 +178,7 @@ def grow_together(searches: Sequence[tuple[PathSearch, Search]]) -> list[DraftTr
         for index in waiting:
             by_size.setdefault(searches[index][0].request.root.numel(), []).append(index)
         for members in by_size.values():
-            evaluate_together([(searches[i][0], waiting.pop(i)) for i in members])
+            score_together([(searches[i][0], waiting.pop(i)) for i in members])
             for index in members:
                 advance(index)
     return [trees[i] for i in range(len(searches))]

@@ -63,7 +63,7 @@ def examples_where(data: dict[str, Tensor], keep: Tensor) -> dict[str, Tensor]:
 
 
 @torch.no_grad()
-def evaluate(net: SpotNet, data: dict[str, Tensor], batch_size: int) -> dict[str, float]:
+def validate(net: SpotNet, data: dict[str, Tensor], batch_size: int) -> dict[str, float]:
     losses, right, tokens_right, count = 0.0, 0, 0, data["label"].numel()
     for start in range(0, count, batch_size):
         index = torch.arange(start, min(count, start + batch_size))
@@ -162,8 +162,8 @@ def train(
             "git_revision": git_revision(),
         },
         "examples": {"train": training["label"].numel(), "validation": validation["label"].numel()},
-        "validation": evaluate(net, validation, 1024),
-        "validation_depths_0_3": evaluate(net, examples_where(validation, validation["depth"] < 4), 1024),
+        "validation": validate(net, validation, 1024),
+        "validation_depths_0_3": validate(net, examples_where(validation, validation["depth"] < 4), 1024),
         "steps": step,
     }
     save_spot(net, out_dir, report)

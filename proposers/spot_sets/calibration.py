@@ -41,7 +41,7 @@ from proposers.spot_sets.network import (
     rule_inputs,
     threshold_tau,
 )
-from proposers.spot_sets.training import evaluate, forward, set_nll
+from proposers.spot_sets.training import forward, set_nll, validate
 
 MAX_PROMPTS = 50
 """A light calibration: seven numbers need few examples (a prompt yields about 250), and a cap keeps
@@ -122,8 +122,8 @@ def calibrate(
         "calibration": asdict(calibration),
         "fit": {
             "examples": data["argmax"].numel(),
-            "before": evaluate(net, data, tau),
-            "after": evaluate(net, data, tau, calibration),
+            "before": validate(net, data, tau),
+            "after": validate(net, data, tau, calibration),
         },
         "provenance": {
             "target": model,

@@ -180,7 +180,7 @@ def hits(
 
 
 @torch.no_grad()
-def evaluate(
+def validate(
     net: nn.Module, data: dict[str, Tensor], tau: float, calibration: Calibration | None = None, batch_size: int = 1024
 ) -> dict[str, float]:
     """Mean NLL and accuracies on `data`: the argmax, the most probable set (argmax plus every position
@@ -272,11 +272,11 @@ def train(
     def start(state: dict | None, step: int) -> None:
         curve[:] = state["curve"] if state is not None else []
         if step == 0:
-            curve[:] = [{"step": 0} | evaluate(net.eval(), probe, recipe.tau)]
+            curve[:] = [{"step": 0} | validate(net.eval(), probe, recipe.tau)]
 
     def after_step(step: int) -> None:
         if step % recipe.eval_every == 0 or step == recipe.optimizer.steps:
-            curve.append({"step": step} | evaluate(net.eval(), probe, recipe.tau))
+            curve.append({"step": step} | validate(net.eval(), probe, recipe.tau))
             net.train()
 
     step = train_steps(
@@ -299,8 +299,8 @@ def train(
             "git_revision": git_revision(),
         },
         "examples": {"train": training["argmax"].numel(), "validation": validation["argmax"].numel()},
-        "validation": evaluate(net, validation, recipe.tau),
-        "validation_depths_0_3": evaluate(net, examples_where(validation, validation["depth"] < 4), recipe.tau),
+        "validation": validate(net, validation, recipe.tau),
+        "validation_depths_0_3": validate(net, examples_where(validation, validation["depth"] < 4), recipe.tau),
         "curve": curve,
         "steps": step,
     }

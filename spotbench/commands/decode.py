@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     from cluster.suite import build_suite
     from harness.lossless import near_tie_tolerance
-    from harness.pipeline import Group, decode_text, evaluate_group
+    from harness.pipeline import Group, decode_group, decode_text
     from harness.targets.registry import block_length_trained, load_target
     from harness.validation import NonNegative, check_value
     from proposers import arms, build_proposer
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
             chat_template=label,
             block_length_trained=block_length_trained(args.model, suite.block_length_for(args.model)),
         )
-        [row] = evaluate_group(
+        [row] = decode_group(
             target, group, [arm], build_proposer, None, args.exact, tolerance, ar_sampling=suite.ar_sampling
         )
         if row.verdict == "logic-error" or (args.exact and row.exact is False):

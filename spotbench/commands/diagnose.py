@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
     import pyarrow as pa
 
-    from cluster.evaluate import Evaluator, Unit
     from cluster.suite import build_suite, check_storable
+    from cluster.unit_decoder import Unit, UnitDecoder
     from harness.errors import UserError
     from harness.runs.schema import ROW_SCHEMA
     from harness.runs.summary import summarize
@@ -96,13 +96,13 @@ def run(args: argparse.Namespace) -> int:
     suite = build_suite({"num_fewshot": None}, flags, FLAGS)
     check_storable(suite)  # its rows go through the results' Arrow schema
     shown = check_value(NonNegativeInt, args.samples, "--samples")
-    evaluator = Evaluator(suite)
-    task = evaluator.task(args.task)
+    unit_decoder = UnitDecoder(suite)
+    task = unit_decoder.task(args.task)
     if suite.num_fewshot and not hasattr(task, "num_fewshot"):
         raise UserError(f"task {args.task!r} is zero-shot only; drop --fewshot")
     samples = task.load(suite.split, limit=suite.limit)
     unit = Unit(args.model, args.task, tuple(samples), tuple(suite.groups(args.model)))
-    rows = [dataclasses.asdict(row) for group in evaluator.evaluate(unit) for row in group]
+    rows = [dataclasses.asdict(row) for group in unit_decoder.decode(unit) for row in group]
     [summary] = summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
     report = summary | {
         "samples": [

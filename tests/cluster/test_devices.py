@@ -46,7 +46,7 @@ def test_a_local_run_on_a_missing_gpu_writes_nothing(tmp_path, capsys) -> None:
 
 
 def test_an_auto_budget_is_chosen_per_worker_and_recorded() -> None:
-    from cluster.evaluate import Evaluator, Unit
+    from cluster.unit_decoder import Unit, UnitDecoder
     from harness.budget import CANDIDATES
     from tasks.registry import get_task
 
@@ -62,16 +62,16 @@ def test_an_auto_budget_is_chosen_per_worker_and_recorded() -> None:
             "block_length": "8",
         },
     )
-    evaluator = Evaluator(suite)
+    unit_decoder = UnitDecoder(suite)
     sample = get_task("arith").load("test", limit=1)[0]
-    [rows] = evaluator.evaluate(Unit("tiny-random:llada", "arith", (sample,), tuple(suite.groups())))
+    [rows] = unit_decoder.decode(Unit("tiny-random:llada", "arith", (sample,), tuple(suite.groups())))
     auto = [r for r in rows if r.budget == -1]
     assert len(auto) == 2
     assert all(r.chosen_budget in CANDIDATES and (r.predicted_speedup_wall or 0) > 0 for r in auto)
     assert all(r.exact for r in rows)
     fixed = [r for r in rows if r.budget == 2]
     assert all(r.chosen_budget == 2 and r.predicted_speedup_wall is None for r in fixed)
-    again = evaluator.evaluate(Unit("tiny-random:llada", "arith", (sample,), tuple(suite.groups())))[0]
+    again = unit_decoder.decode(Unit("tiny-random:llada", "arith", (sample,), tuple(suite.groups())))[0]
     assert [r.chosen_budget for r in again] == [r.chosen_budget for r in rows]  # chosen once per worker
 
 

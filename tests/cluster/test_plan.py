@@ -1,8 +1,8 @@
 """Planning without Ray: what a run, a resumed run and an extended run decode."""
 
-from cluster.evaluate import Evaluator, Unit
 from cluster.runner import chunks, plan
 from cluster.suite import Suite
+from cluster.unit_decoder import Unit, UnitDecoder
 from harness.runs.run_dir import RunDir
 from tasks.registry import get_task
 
@@ -21,7 +21,7 @@ def test_plan_skips_verified_groups_and_extends_finished_ones_by_their_new_arms(
     run = RunDir.open(tmp_path / "run", SUITE.config(), [0])
     units, skipped = plan(SUITE, run.verify())
     assert (len(units), skipped) == (1, 0) and units[0].arms is None and len(units[0].samples) == 2
-    first, _ = Evaluator(SUITE).evaluate(units[0])
+    first, _ = UnitDecoder(SUITE).decode(units[0])
     run.write_group(first)
     units, skipped = plan(SUITE, run.verify())
     assert (len(units), skipped) == (1, 1) and [s.sample_id for s in units[0].samples] == ["test/1"]
@@ -34,7 +34,7 @@ def test_plan_skips_verified_groups_and_extends_finished_ones_by_their_new_arms(
         "test/1": None,
         "test/2": None,
     }
-    [rows] = Evaluator(bigger).evaluate(next(u for u in units if u.samples[0].sample_id == "test/0"))
+    [rows] = UnitDecoder(bigger).decode(next(u for u in units if u.samples[0].sample_id == "test/0"))
     assert sorted((r.proposer, r.budget) for r in rows) == [("confidence", 4), ("oracle", 0), ("oracle", 4)]
 
 
@@ -43,14 +43,14 @@ def test_each_batch_size_is_a_group_of_its_own_and_units_hold_two_batches(tmp_pa
     units, _ = plan(suite, RunDir.open(tmp_path / "run", suite.config(), [0]).verify())
     assert sorted((u.batch_size, len(u.samples)) for u in units) == [(1, 1), (1, 2), (1, 2), (2, 2), (2, 3)]
     assert chunks(list(range(10)), 4) == [(0, 1, 2, 3), (4, 5, 6), (7, 8, 9)] and chunks([], 4) == []
-    rows = Evaluator(suite).evaluate(next(u for u in units if u.batch_size == 2 and len(u.samples) == 3))
+    rows = UnitDecoder(suite).decode(next(u for u in units if u.batch_size == 2 and len(u.samples) == 3))
     assert [r.sample_id for [r] in rows] == [f"test/{i}" for i in range(3)] and {r.batch_size for [r] in rows} == {2}
 
 
 def test_a_damaged_group_is_not_done(tmp_path) -> None:
     run = RunDir.open(tmp_path / "run", SUITE.config(), [0])
     sample = get_task("arith").load("test", limit=1)[0]
-    for rows in Evaluator(SUITE).evaluate(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
+    for rows in UnitDecoder(SUITE).decode(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
         run.write_group(rows)
     assert plan(SUITE, run.verify())[1] == 1
     [path] = run.samples_dir.glob("*.parquet")

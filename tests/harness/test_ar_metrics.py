@@ -11,11 +11,11 @@ import functools
 import pyarrow as pa
 import pytest
 
-from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
+from cluster.unit_decoder import Unit, UnitDecoder
 from harness.decoding.autoregressive import ARDraftRequest, DraftForwards
 from harness.gate import gate
-from harness.pipeline import Arm, Group, evaluate_group
+from harness.pipeline import Arm, Group, decode_group
 from harness.reports.html import render_report
 from harness.runs.run_dir import RunDir
 from harness.runs.schema import ROW_SCHEMA, Row
@@ -51,7 +51,7 @@ class CountingLookup(PromptLookupProposer):
 def test_draft_forwards_on_the_target_count_as_target_forwards() -> None:
     ids = tuple(b"the cat sat on the mat; the cat sat on the")
     group = Group("tiny-random-ar", "prompt", "0", ids, 0.0, "greedy", 0, 24, 8)
-    [lookup, counted] = evaluate_group(
+    [lookup, counted] = decode_group(
         load_target("tiny-random-ar").exact(),
         group,
         [Arm("prompt-lookup", 4), Arm("counting", 4)],
@@ -68,11 +68,11 @@ def test_draft_forwards_on_the_target_count_as_target_forwards() -> None:
 
 @functools.cache
 def rejection_rows() -> tuple[dict, ...]:
-    evaluator = Evaluator(SUITE)
+    unit_decoder = UnitDecoder(SUITE)
     return tuple(
         dataclasses.asdict(row)
         for sample in get_task("arith").load("test", limit=2)
-        for group in evaluator.evaluate(
+        for group in unit_decoder.decode(
             Unit("tiny-random-ar", "arith", (sample,), tuple(SUITE.groups("tiny-random-ar")))
         )
         for row in group

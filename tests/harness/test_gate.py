@@ -5,8 +5,8 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 
-from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
+from cluster.unit_decoder import Unit, UnitDecoder
 from harness.gate import Check, Thresholds, gate, render, wilson_interval
 from harness.runs.run_dir import RunDir
 from harness.runs.schema import SCHEMA_VERSION, SUMMARY_METADATA, Row, group_id
@@ -26,12 +26,12 @@ SUITE = Suite(
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
-    evaluator = Evaluator(SUITE)
+    unit_decoder = UnitDecoder(SUITE)
     samples = get_task("arith").load("test", limit=4)
     return [
         dataclasses.asdict(r)
         for s in samples
-        for g in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), tuple(SUITE.groups())))
+        for g in unit_decoder.decode(Unit(SUITE.models[0], "arith", (s,), tuple(SUITE.groups())))
         for r in g
     ]
 

@@ -10,8 +10,8 @@ import pytest
 
 import harness.passes_only as passes_only
 from harness.lossless import near_tie_tolerance
-from harness.passes_only import REPLAYED, evaluate_passes_only
-from harness.pipeline import Arm, Group, Score, evaluate_groups
+from harness.passes_only import REPLAYED, replay_groups
+from harness.pipeline import Arm, Group, Score, decode_groups
 from harness.runs.schema import ROW_SCHEMA
 from harness.runs.summary import summarize
 from harness.targets.registry import load_dlm_target
@@ -52,8 +52,8 @@ def both(name: str, temperature: float, rule: str, checks: int = 2, batch_size: 
     target, g = exact_target(name), groups(name, temperature, rule)
     tolerance = near_tie_tolerance(target.dtype)
     scores = [length_score] * len(g)
-    full = evaluate_groups(target, g, ARMS, build_proposer, scores, True, tolerance, batch_size=batch_size)
-    replayed = evaluate_passes_only(
+    full = decode_groups(target, g, ARMS, build_proposer, scores, True, tolerance, batch_size=batch_size)
+    replayed = replay_groups(
         target, g, ARMS, build_proposer, scores, True, tolerance, batch_size=batch_size, replay_checks=checks
     )
     return [r for rows in full for r in rows], [r for rows in replayed for r in rows]
@@ -126,7 +126,7 @@ def test_a_replay_that_counts_wrong_is_caught_by_the_sample(monkeypatch) -> None
     assert decoded and all(r.verdict == "logic-error" and r.exact is False for r in decoded)
     assert all(r.replay_nfe == r.spec_target_forwards - 1 for r in decoded)
     g = groups("tiny-random:sdar", 0.0, "top1")
-    float_rows = evaluate_passes_only(
+    float_rows = replay_groups(
         load_dlm_target("tiny-random:sdar"), g, ARMS, build_proposer, [None] * len(g), False, 1e-4, replay_checks=1
     )
     decoded = [r for rows in float_rows for r in rows if not r.replayed]

@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from harness.lossless import near_tie_tolerance
-from harness.pipeline import Arm, Group, evaluate_groups, references_to_check
+from harness.pipeline import Arm, Group, decode_groups, references_to_check
 from harness.targets.registry import load_dlm_target
 from harness.targets.target import DLMTarget
 from proposers import build_proposer
@@ -63,7 +63,7 @@ def variant(kind: type[DLMTarget], name: str) -> DLMTarget:
 def rows_of(target: DLMTarget, checks: int):
     exact = target.name in EXACT
     tolerance = near_tie_tolerance(target.dtype)
-    out = evaluate_groups(
+    out = decode_groups(
         target,
         groups(target),
         ARMS,

@@ -10,7 +10,7 @@ import pytest
 
 from cluster.suite import Suite, build_suite
 from harness.errors import UserError
-from harness.pipeline import Arm, Group, evaluate_group
+from harness.pipeline import Arm, Group, decode_group
 from harness.targets.ar import ARTarget
 from harness.targets.registry import load_ar_only
 from proposers import build_proposer
@@ -29,7 +29,7 @@ def group(rule: str = "greedy", temperature: float = 1.0) -> Group:
 
 def test_rows_of_an_ar_group():
     arms = [Arm("oracle", 3, "oracle"), Arm("prompt-lookup", 0), Arm("prompt-lookup", 4)]
-    rows = evaluate_group(exact_tiny(), group(), arms, build_proposer, None, True, 1e-9)
+    rows = decode_group(exact_tiny(), group(), arms, build_proposer, None, True, 1e-9)
     assert [(r.proposer, r.budget) for r in rows] == [("oracle", 3), ("prompt-lookup", 0), ("prompt-lookup", 4)]
     for row in rows:
         assert row.rule == "greedy" and row.exact and row.verdict == "exact"
@@ -45,7 +45,7 @@ def test_rows_of_an_ar_group():
 
 def test_an_ar_group_with_a_commit_rule_is_a_bug():
     with pytest.raises(ValueError, match="greedy"):
-        evaluate_group(exact_tiny(), group("top1"), [Arm("oracle", 2)], build_proposer, None, True, 1e-9)
+        decode_group(exact_tiny(), group("top1"), [Arm("oracle", 2)], build_proposer, None, True, 1e-9)
 
 
 def test_suite_groups_and_validation():

@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
+from cluster.unit_decoder import Unit, UnitDecoder
 from harness.reports.html import render_report
 from harness.runs.run_dir import RunDir
 from harness.runs.schema import Row, group_id
@@ -28,12 +28,12 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> RunDir:
     run = RunDir.open(tmp_path_factory.mktemp("report") / "run", SUITE.config(), [0], split_sizes={"arith": 2})
-    evaluator = Evaluator(SUITE)
+    unit_decoder = UnitDecoder(SUITE)
     for sample in get_task("arith").load("test", limit=2):
-        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
+        for rows in unit_decoder.decode(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
             assert group_id(dataclasses.asdict(rows[0])) and run.write_group(rows)
     run.write_summary()
-    run.update_manifest(status="complete", sessions=[{"loads": evaluator.loads}])
+    run.update_manifest(status="complete", sessions=[{"loads": unit_decoder.loads}])
     return run
 
 

@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
+from cluster.unit_decoder import Unit, UnitDecoder
 from harness.reports.markdown import markdown_table
 from harness.reports.tables import Table
 from harness.runs.run_dir import RunDir
@@ -27,12 +27,12 @@ SUITE = Suite(
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> RunDir:
     run = RunDir.open(tmp_path_factory.mktemp("markdown") / "run", SUITE.config(), [0], split_sizes={"arith": 2})
-    evaluator = Evaluator(SUITE)
+    unit_decoder = UnitDecoder(SUITE)
     for sample in get_task("arith").load("test", limit=2):
-        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
+        for rows in unit_decoder.decode(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
             assert group_id(dataclasses.asdict(rows[0])) and run.write_group(rows)
     run.write_summary()
-    run.update_manifest(status="complete", sessions=[{"loads": evaluator.loads}])
+    run.update_manifest(status="complete", sessions=[{"loads": unit_decoder.loads}])
     return run
 
 

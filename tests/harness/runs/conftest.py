@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
-from cluster.evaluate import Evaluator, Unit
+from cluster.unit_decoder import UnitDecoder, Unit
 from cluster.suite import Suite
 from harness.runs.files import INDEX_FILE, read_parquet, sha256_file, write_parquet
 from harness.runs.run_dir import RunDir
@@ -26,9 +26,9 @@ SUITE = Suite(
 
 def _write(path, samples) -> RunDir:
     run = RunDir.open(path, SUITE.config(), [0], split_sizes={"arith": len(get_task("arith").load("test"))})
-    evaluator = Evaluator(SUITE)
+    unit_decoder = UnitDecoder(SUITE)
     for sample in samples:
-        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
+        for rows in unit_decoder.decode(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
             run.write_group(rows)
     run.write_summary()
     run.end_session("complete")

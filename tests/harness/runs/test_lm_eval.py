@@ -11,7 +11,7 @@ from collections import defaultdict
 import pyarrow.parquet as pq
 import pytest
 
-from cluster.evaluate import Evaluator, Unit
+from cluster.unit_decoder import UnitDecoder, Unit
 from cluster.suite import Suite
 from harness.runs.lm_eval import FILE, write_results_json
 from harness.runs.run_dir import RunDir
@@ -37,9 +37,9 @@ def run(tmp_path_factory) -> RunDir:
     run = RunDir.open(
         tmp_path_factory.mktemp("lm_eval") / "run", SUITE.config(), [0], split_sizes={"arith": SUITE.limit}
     )
-    evaluator = Evaluator(SUITE)
+    unit_decoder = UnitDecoder(SUITE)
     for sample in get_task("arith").load("test", limit=SUITE.limit):
-        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
+        for rows in unit_decoder.decode(Unit(SUITE.models[0], "arith", (sample,), tuple(SUITE.groups()))):
             run.write_group(rows)
     run.write_summary()
     run.end_session("complete")

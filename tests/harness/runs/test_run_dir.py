@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cluster.evaluate import Evaluator, Unit
+from cluster.unit_decoder import UnitDecoder, Unit
 from cluster.suite import Suite
 from harness.bootstrap import interval
 from harness.errors import UserError
@@ -32,12 +32,12 @@ SUITE = Suite(
 @pytest.fixture(scope="module")
 def groups() -> list[list[Row]]:
     """Real rows: two prompts of a tiny target through the worker's evaluation."""
-    evaluator = Evaluator(SUITE)
+    unit_decoder = UnitDecoder(SUITE)
     samples = get_task("arith").load("test", limit=2)
     return [
         rows
         for s in samples
-        for rows in evaluator.evaluate(Unit(SUITE.models[0], "arith", (s,), tuple(SUITE.groups())))
+        for rows in unit_decoder.decode(Unit(SUITE.models[0], "arith", (s,), tuple(SUITE.groups())))
     ]
 
 
@@ -232,7 +232,7 @@ def test_exact_mode_rows_are_float64_and_exact() -> None:
         **{**SUITE.__dict__, "exact": True, "proposers": ("confidence",), "budgets": (4,), "temperatures": (1.0,)}
     )
     sample = get_task("arith").load("test", limit=1)[0]
-    [[row]] = Evaluator(suite).evaluate(Unit(suite.models[0], "arith", (sample,), tuple(suite.groups())))
+    [[row]] = UnitDecoder(suite).decode(Unit(suite.models[0], "arith", (sample,), tuple(suite.groups())))
     assert row.exact_mode and row.near_tie_tolerance == 1e-9
     assert row.exact and row.spec_completion == row.completion
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 import torch
 
-from cluster.evaluate import Evaluator, Unit
+from cluster.unit_decoder import UnitDecoder, Unit
 from cluster.suite import Suite
 from harness.runs.schema import ROW_SCHEMA
 from harness.runs.summary import percentiles, summarize, wall_disturbed
@@ -32,12 +32,12 @@ def summary(tmp_path_factory) -> list[dict]:
         gen_length=16,
         block_length=8,
     )
-    evaluator = Evaluator(suite)
+    unit_decoder = UnitDecoder(suite)
     rows = [
         dataclasses.asdict(row)
         for model in suite.models
         for sample in get_task("arith").load("test", limit=3)
-        for group in evaluator.evaluate(Unit(model, "arith", (sample,), tuple(suite.groups())))
+        for group in unit_decoder.decode(Unit(model, "arith", (sample,), tuple(suite.groups())))
         for row in group
     ]
     return summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()
@@ -94,7 +94,7 @@ SPEEDUPS = (1.22, 1.35, 1.28, 1.31, 1.25, 1.38, 1.30, 1.27)
 def template() -> dict:
     suite = Suite(models=("tiny-random:sdar",), proposers=("confidence",), limit=1, temperatures=(0.0,), budgets=(2,))
     sample = get_task("arith").load("test", limit=1)[0]
-    [[row]] = Evaluator(suite).evaluate(Unit(suite.models[0], "arith", (sample,), tuple(suite.groups())))
+    [[row]] = UnitDecoder(suite).decode(Unit(suite.models[0], "arith", (sample,), tuple(suite.groups())))
     return dataclasses.asdict(row)
 
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cluster.evaluate import Evaluator, Unit
+from cluster.unit_decoder import UnitDecoder, Unit
 from harness.errors import UserError
 from harness.runs.files import INDEX_FILE, read_parquet, run_digest
 from harness.runs.run_dir import RunDir
@@ -221,7 +221,7 @@ def test_a_run_at_each_targets_own_block_length_verifies(suite, tmp_path) -> Non
     suite = dataclasses.replace(suite, block_length=None, limit=1)
     run = RunDir.open(tmp_path, suite.config(), [0], split_sizes={"arith": len(get_task("arith").load("test"))})
     [sample] = get_task("arith").load("test", limit=1)
-    for rows in Evaluator(suite).evaluate(Unit(suite.models[0], "arith", (sample,), tuple(suite.groups()))):
+    for rows in UnitDecoder(suite).decode(Unit(suite.models[0], "arith", (sample,), tuple(suite.groups()))):
         assert {r.block_length for r in rows} == {32} and {r.block_length_trained for r in rows} == {None}
         run.write_group(rows)
     run.write_summary()

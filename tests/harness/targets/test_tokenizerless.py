@@ -154,8 +154,8 @@ def test_prompt_ids_file_and_its_errors(tmp_path, capsys):
 def test_a_run_worker_decodes_an_ids_task(tmp_path):
     """`ids:FILE` as a run's task, the mask id from the suite: the worker's rows carry the ids as given
     and no score."""
-    from cluster.evaluate import Evaluator, Unit
     from cluster.suite import Suite
+    from cluster.unit_decoder import Unit, UnitDecoder
     from tasks.registry import get_task
 
     folder = bare_copy(tmp_path, drop_ids=True)
@@ -173,6 +173,6 @@ def test_a_run_worker_decodes_an_ids_task(tmp_path):
         mask_id=2,
     )
     [sample] = get_task(f"ids:{prompts}").load()
-    [[row]] = Evaluator(suite).evaluate(Unit(str(folder), f"ids:{prompts}", (sample,), ((0.0, "top1", 0),)))
+    [[row]] = UnitDecoder(suite).decode(Unit(str(folder), f"ids:{prompts}", (sample,), ((0.0, "top1", 0),)))
     assert row.prompt_tokens == 4 and row.exact and row.correct is None and row.chat_template == "none"
     assert row.spec_nfe <= row.plain_nfe and row.plain_answer_ids == row.spec_answer_ids

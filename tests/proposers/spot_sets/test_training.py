@@ -21,7 +21,7 @@ from proposers.spot.recipe import OPTIMIZER
 from proposers.spot_sets.calibration import fit_calibration
 from proposers.spot_sets.collection import NOT_COMMITTED, SetViews, collect
 from proposers.spot_sets.network import CONFIG_FILE, WEIGHTS_FILE, Calibration, SpotSetsNet, load_spot_sets
-from proposers.spot_sets.training import SpotSetsRecipe, evaluate, train
+from proposers.spot_sets.training import SpotSetsRecipe, train, validate
 from tasks.registry import train_prompts
 
 PROMPT = list(b"Q: 2+2=?\nA:")
@@ -181,7 +181,7 @@ def test_calibration_lowers_the_nll_it_is_fitted_on():
     torch.manual_seed(0)
     net = SpotSetsNet(SpotConfig(**TINY_MODEL)).eval()
     calibration = fit_calibration(net, data, 0.02)
-    before, after = evaluate(net, data, 0.02), evaluate(net, data, 0.02, calibration)
+    before, after = validate(net, data, 0.02), validate(net, data, 0.02, calibration)
     assert after["loss"] < before["loss"] and calibration != Calibration()
     assert after["token_nll"] < before["token_nll"]  # a random token head: the candidate does better
     assert fit_calibration(net, data, 0.02) == calibration  # deterministic

@@ -100,7 +100,7 @@ def test_the_transfer_view_shows_learned_arms_against_the_best_baseline_and_the_
 
     import pyarrow as pa
 
-    from cluster.evaluate import Evaluator, Unit
+    from cluster.unit_decoder import Unit, UnitDecoder
     from harness.runs.schema import ROW_SCHEMA
     from harness.runs.summary import summarize
     from spotbench.commands.run import TRANSFER_COLUMNS, render_summary
@@ -118,11 +118,11 @@ def test_the_transfer_view_shows_learned_arms_against_the_best_baseline_and_the_
             "block_length": 8,
         },
     )
-    evaluator = Evaluator(suite)
+    unit_decoder = UnitDecoder(suite)
     rows = [
         dataclasses.asdict(r)
         for sample in get_task("arith").load("test", limit=2)
-        for group in evaluator.evaluate(Unit("tiny-random:sdar", "arith", (sample,), tuple(suite.groups())))
+        for group in unit_decoder.decode(Unit("tiny-random:sdar", "arith", (sample,), tuple(suite.groups())))
         for r in group
     ]
     summary = summarize(pa.Table.from_pylist(rows, schema=ROW_SCHEMA)).to_pylist()

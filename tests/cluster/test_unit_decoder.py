@@ -1,8 +1,8 @@
 """A worker notes in the manifest's load records each proposer that drafts one generation at a time
 in a batch (it lacks `propose_batch`): a batched run of it is slower, never silently."""
 
-from cluster.evaluate import Evaluator, Unit
 from cluster.suite import Suite
+from cluster.unit_decoder import Unit, UnitDecoder
 from tasks.registry import get_task
 
 
@@ -17,10 +17,10 @@ def notices(proposer: str, batch_size: int) -> list[str]:
         block_length=8,
         batch_sizes=(batch_size,),
     )
-    evaluator = Evaluator(suite)
+    unit_decoder = UnitDecoder(suite)
     samples = tuple(get_task("arith").load("test", limit=2))
-    evaluator.evaluate(Unit(suite.models[0], "arith", samples, tuple(suite.groups())))
-    [record] = evaluator.loads
+    unit_decoder.decode(Unit(suite.models[0], "arith", samples, tuple(suite.groups())))
+    [record] = unit_decoder.loads
     return record.get("notices", [])
 
 

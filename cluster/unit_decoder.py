@@ -1,9 +1,9 @@
 """What a worker does with a few prompts: the arm pipeline for each of their pending groups, the
 prompts of a group decoded together (`batch_size` at a time).
 
-Plain Python (no Ray), so it runs the same in a Ray actor, in `spotbench diagnose` and in a test. An
-`Evaluator` loads each target and task once and keeps them; `evaluate` hands a unit's groups to
-`harness.pipeline.evaluate_groups` (`harness.passes_only.evaluate_passes_only` in a passes-only
+Plain Python (no Ray), so it runs the same in a Ray actor, in `spotbench diagnose` and in a test. A
+`UnitDecoder` loads each target and task once and keeps them; `decode` hands a unit's groups to
+`harness.pipeline.decode_groups` (`harness.passes_only.replay_groups` in a passes-only
 run), with the proposer registry and the task's scorer. An `auto` budget is chosen here, once per
 worker, on the worker's own hardware.
 """
@@ -19,8 +19,8 @@ from typing import Any, cast
 
 from cluster.provenance import measure_load
 from cluster.suite import Suite
-from harness.passes_only import evaluate_passes_only
-from harness.pipeline import AUTO, Arm, Group, Score, evaluate_groups
+from harness.passes_only import replay_groups
+from harness.pipeline import AUTO, Arm, Group, Score, decode_groups
 from harness.runs.schema import Row
 from tasks.base import Sample, prompt_ids
 from tasks.chat import Chat
@@ -53,7 +53,7 @@ class Unit:
         return f"{self.model}/{self.task}/{ids}"
 
 
-class Evaluator:
+class UnitDecoder:
     def __init__(self, suite: Suite):
         from proposers import arms
 
@@ -98,7 +98,7 @@ class Evaluator:
             self._tasks[name] = get_task(name, self.suite.num_fewshot)
         return self._tasks[name]
 
-    def evaluate(self, unit: Unit) -> list[list[Row]]:
+    def decode(self, unit: Unit) -> list[list[Row]]:
         """The rows of each pending group of the unit, one list per (group, prompt), groups outer: the
         unit's prompts of each group are decoded together, `batch_size` at a time."""
         from harness.decoding.tree import unbatched_notice
@@ -121,9 +121,9 @@ class Evaluator:
             return score if getattr(task, "scored", True) else None  # token-id prompts have no reference
 
         decode = (
-            functools.partial(evaluate_passes_only, replay_checks=self.suite.replay_check)
+            functools.partial(replay_groups, replay_checks=self.suite.replay_check)
             if self.suite.passes_only
-            else evaluate_groups
+            else decode_groups
         )
 
         def build(spec: str, target: Any, plain: Any) -> Any:
