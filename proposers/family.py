@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.bundled import ZOO_DIR
 from harness.decoding import Generation, Proposer
 from harness.decoding.autoregressive import ARProposer
+from harness.errors import UserError
 from harness.targets.ar import ARTarget
 from harness.targets.hub import local_or_hub
 from harness.targets.target import DLMTarget
@@ -73,6 +74,15 @@ def zoo_folder(argument: str | None, default: str, under: str = "proposers") -> 
     """The folder `name:argument` names: a path, a folder name under zoo/<under>/ (`default` without
     an argument) or a hub id (`harness.targets.hub`). The caller checks what it holds."""
     return local_or_hub(argument, ZOO_DIR / under) if argument else ZOO_DIR / under / default
+
+
+def checkpoint_folder(argument: str | None, default: str, marker: str, what: str, fix: str) -> Path:
+    """The folder `name:argument` names (`zoo_folder`), resolved, once it holds `marker`, its method's
+    checkpoint file; else a one-line error naming `what` was expected and `fix`."""
+    folder = zoo_folder(argument, default)
+    if not (folder / marker).is_file():
+        raise UserError(f"no {what} in {folder} (expected {marker}); give {fix}")
+    return folder.resolve()
 
 
 def folder_files(folder: Path) -> list[Path]:

@@ -6,19 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.errors import UserError
-from proposers.family import ProposerFamily, folder_files, model_identity, spec_name, zoo_folder
+from proposers.family import ProposerFamily, checkpoint_folder, folder_files, model_identity, spec_name
 from proposers.spiffy.draft_graph import DEFAULT_GRAPH, GRAPH_FILE, SpiffyCalibration, SpiffyProposer, load_calibration
 
 
 def spiffy_folder(argument: str | None) -> Path:
     """The calibration folder `spiffy:argument` names."""
-    folder = zoo_folder(argument, DEFAULT_GRAPH)
-    if not (folder / GRAPH_FILE).is_file():
-        raise UserError(
-            f"no Spiffy graph in {folder} (expected {GRAPH_FILE}); give spiffy:DIR of a folder "
-            "written by spotbench calibrate-spiffy"
-        )
-    return folder.resolve()
+    fix = "spiffy:DIR of a folder written by spotbench calibrate-spiffy"
+    return checkpoint_folder(argument, DEFAULT_GRAPH, GRAPH_FILE, "Spiffy graph", fix)
 
 
 def spiffy_calibration(argument: str | None) -> SpiffyCalibration:

@@ -8,20 +8,15 @@ import json
 from pathlib import Path
 
 from harness.errors import UserError
-from proposers.family import ProposerFamily, device_of, folder_files, spec_name, zoo_folder
+from proposers.family import ProposerFamily, checkpoint_folder, device_of, folder_files, spec_name
 from proposers.spot.network import CONFIG_FILE, DEFAULT_CHECKPOINT, SpotNet, load_spot
 from proposers.spot.tree import SpotProposer
 
 
 def spot_folder(argument: str | None) -> Path:
     """The checkpoint folder `spot:argument` names."""
-    folder = zoo_folder(argument, DEFAULT_CHECKPOINT)
-    if not (folder / CONFIG_FILE).is_file():
-        raise UserError(
-            f"no SPOT checkpoint in {folder} (expected {CONFIG_FILE}); give spot:PATH of a folder "
-            "written by spotbench train-proposer"
-        )
-    return folder.resolve()
+    fix = "spot:PATH of a folder written by spotbench train-proposer"
+    return checkpoint_folder(argument, DEFAULT_CHECKPOINT, CONFIG_FILE, "SPOT checkpoint", fix)
 
 
 @functools.cache

@@ -8,7 +8,14 @@ import functools
 from pathlib import Path
 
 from harness.errors import UserError
-from proposers.family import ProposerFamily, device_of, folder_files, model_identity, spec_name, zoo_folder
+from proposers.family import (
+    ProposerFamily,
+    checkpoint_folder,
+    device_of,
+    folder_files,
+    model_identity,
+    spec_name,
+)
 from proposers.spot_sets.network import (
     CONFIG_FILE,
     DEFAULT_CHECKPOINT,
@@ -24,13 +31,8 @@ from proposers.spot_sets.tree import SpotSetsProposer
 
 def spot_sets_folder(argument: str | None) -> Path:
     """The checkpoint folder `spot-sets:argument` names."""
-    folder = zoo_folder(argument, DEFAULT_CHECKPOINT)
-    if not (folder / CONFIG_FILE).is_file():
-        raise UserError(
-            f"no SPOT-Sets checkpoint in {folder} (expected {CONFIG_FILE}); give "
-            "spot-sets:PATH of a folder written by spotbench train-proposer or spotbench calibrate-spot-sets"
-        )
-    return folder.resolve()
+    fix = "spot-sets:PATH of a folder written by spotbench train-proposer or spotbench calibrate-spot-sets"
+    return checkpoint_folder(argument, DEFAULT_CHECKPOINT, CONFIG_FILE, "SPOT-Sets checkpoint", fix)
 
 
 @functools.cache
