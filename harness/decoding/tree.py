@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, cast
 
 import torch
 from torch import Tensor
@@ -65,7 +65,6 @@ class Proposer(Protocol):
     def propose(self, request: DraftRequest) -> DraftTree: ...
 
 
-@runtime_checkable
 class BatchProposer(Protocol):
     """A proposer that drafts a round's trees for many generations in one call (`propose_all`):
     `propose_batch(proposers, requests)` returns `proposers[i].propose(requests[i])` for every i,
@@ -82,9 +81,21 @@ class BatchProposer(Protocol):
     ) -> list[DraftTree]: ...
 
 
-def unbatched_notice(proposer: object) -> str | None:
+BATCHING_CLASSES: dict[type, bool] = {}
+"""Per proposer class, whether it is a `BatchProposer`."""
+
+
+def drafts_in_batches(kind: type) -> bool:
+    """Whether proposers of class `kind` are `BatchProposer`s, decided once per class: a protocol
+    `isinstance` costs microseconds, and `propose_all` asks for every generation of every round."""
+    if kind not in BATCHING_CLASSES:
+        BATCHING_CLASSES[kind] = all(hasattr(kind, name) for name in ("propose_batch", "batch_key"))
+    return BATCHING_CLASSES[kind]
+
+
+def unbatched_notice(proposer: Any) -> str | None:
     """The one line a run records for a proposer that drafts one generation at a time, else None."""
-    if isinstance(proposer, BatchProposer):
+    if drafts_in_batches(type(proposer)):
         return None
     return f"{type(proposer).__name__} has no propose_batch: it drafts one generation at a time in a batch"
 
@@ -94,7 +105,8 @@ def propose_all(proposers: Sequence[Proposer], requests: Sequence[DraftRequest])
     `batch_key` in one `propose_batch` call (its time split evenly), the others one by one."""
     groups: dict[tuple, list[int]] = {}
     for i, proposer in enumerate(proposers):
-        key = (type(proposer), proposer.batch_key) if isinstance(proposer, BatchProposer) else (None, i)
+        kind = type(proposer)
+        key = (kind, cast(BatchProposer, proposer).batch_key) if drafts_in_batches(kind) else (None, i)
         groups.setdefault(key, []).append(i)
     trees: list[DraftTree] = [DraftTree()] * len(requests)
     seconds = [0.0] * len(requests)
@@ -103,9 +115,10 @@ def propose_all(proposers: Sequence[Proposer], requests: Sequence[DraftRequest])
         if kind is None:
             trees[members[0]] = proposers[members[0]].propose(requests[members[0]])
         else:
-            first = proposers[members[0]]
-            assert isinstance(first, BatchProposer)
-            batch = first.propose_batch([proposers[i] for i in members], [requests[i] for i in members])  # type: ignore[misc]
+            first = cast(BatchProposer, proposers[members[0]])
+            batch = first.propose_batch(
+                [cast(BatchProposer, proposers[i]) for i in members], [requests[i] for i in members]
+            )
             for i, tree in zip(members, batch):
                 trees[i] = tree
         elapsed = (time.perf_counter() - before) / len(members)
