@@ -93,6 +93,29 @@ class StepRecord:
     decision_gap: float
 
 
+@dataclass(frozen=True)
+class Scored:
+    """What a rule decides on for one state: its masked positions (increasing), their candidate
+    tokens and confidences. A position's candidate and confidence depend on its own logits row and
+    noise row only, never on the other positions, so at T=0 the scores of fixed logits also decide
+    every later state of the block (`decide(rule, state)`): a chain drafted on one stale view scores
+    it once, not once per depth. At T>0 each step has its own noise and needs its own scores."""
+
+    positions: Tensor
+    tokens: Tensor
+    confidence: Tensor
+
+    def decide(self, rule: Rule, state: Tensor | None = None) -> Transition:
+        """The rule's transition from the scored state, or from a later `state` of the same block
+        (those of the scored positions still masked in it), exactly as the rule on that state."""
+        keep = slice(None) if state is None else (state[self.positions] == rule.mask_id).nonzero().squeeze(1)
+        positions, tokens, confidence = self.positions[keep], self.tokens[keep], self.confidence[keep]
+        if positions.numel() == 0:
+            raise ValueError("a commit rule needs at least one masked position")
+        chosen = rule._select(confidence)
+        return Transition(tuple(positions[chosen].tolist()), tuple(tokens[chosen].tolist()))
+
+
 _LOG_SCALED = ("prob", "tempered_prob")
 
 
@@ -163,6 +186,12 @@ class Rule:
         state [B], noise [B, V]) in one pass of tensor operations over all their masked rows (each row
         is computed as alone, so the transitions are the same bit for bit). Why: a batch's
         proposers simulate the rule for every generation at each depth."""
+        return [scored.decide(self) for scored in self.score_many(logits, states, noise, temperature)]
+
+    def score_many(
+        self, logits: Sequence[Tensor], states: Sequence[Tensor], noise: Sequence[Tensor] | None, temperature: float
+    ) -> list[Scored]:
+        """What the rule decides on for every generation g, scored together as `decide_many` does."""
         masked = [(state == self.mask_id).nonzero().squeeze(1) for state in states]
         if any(m.numel() == 0 for m in masked):
             raise ValueError("a commit rule needs at least one masked position")
@@ -171,11 +200,7 @@ class Rule:
         tokens = greedy_tokens(candidate_scores(x, rows_noise, temperature), self.mask_id)
         sizes = [len(m) for m in masked]
         confidences = self.confidence_of(x, tokens, temperature).cpu().split(sizes)
-        out = []
-        for m, row_tokens, confidence in zip(masked, tokens.cpu().split(sizes), confidences):
-            chosen = self._select(confidence)
-            out.append(Transition(tuple(m[chosen].tolist()), tuple(row_tokens[chosen].tolist())))
-        return out
+        return [Scored(m, t, c) for m, t, c in zip(masked, tokens.cpu().split(sizes), confidences)]
 
     def _select(self, confidence: Tensor) -> Tensor:
         """Indices (into the masked positions, increasing) of the positions to commit."""

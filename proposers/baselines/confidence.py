@@ -59,11 +59,16 @@ class ConfidenceProposer:
         chains = [Chain(r, r.root, r.budget // 3 if self.branch else 0) for r in requests]
         rule, temperature, mask_id = requests[0].rule, requests[0].temperature, requests[0].rule.mask_id
         stale = [r.stale for r in requests if r.stale is not None]
+        # at T=0 the stale view's scores decide every depth (`Scored`): scored once, not per depth
+        fixed = rule.score_many(stale, [c.state for c in chains], None, 0.0) if temperature <= 0 else None
         growing = list(range(len(chains)))
         while growing:
             noise = [noise_at(chains[g]) for g in growing] if temperature > 0 else None
             logits = [stale[g] for g in growing]
-            transitions = rule.decide_many(logits, [chains[g].state for g in growing], noise, temperature)
+            if fixed is None:
+                transitions = rule.decide_many(logits, [chains[g].state for g in growing], noise, temperature)
+            else:
+                transitions = [fixed[g].decide(rule, chains[g].state) for g in growing]
             children = [t.apply(chains[g].state) for g, t in zip(growing, transitions)]
             going = [k for k, child in enumerate(children) if bool((child == mask_id).any())]
             branching = [
@@ -73,7 +78,9 @@ class ConfidenceProposer:
                 and len(chains[growing[k]].nodes) + 2 <= chains[growing[k]].request.budget
             ]
             siblings: dict[int, Transition] = {}
-            if branching:
+            if branching and fixed is not None:
+                siblings = {k: fixed[growing[k]].decide(rule, children[k]) for k in branching}
+            elif branching:
                 picked = rule.decide_many(
                     [logits[k] for k in branching],
                     [children[k] for k in branching],

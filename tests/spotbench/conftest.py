@@ -1,6 +1,5 @@
-"""The check every malformed input must pass, as the fixture `clear_error`, and after a run that
-included the test_malformed_*.py files: how many of their malformed inputs got a clear error (one
-line, exit 2, nothing written), as 'X/Y'."""
+"""The check every malformed input must pass, as the fixture `clear_error` (tests/conftest.py counts
+how many of them got a clear error after a run)."""
 
 from __future__ import annotations
 
@@ -10,19 +9,6 @@ from pathlib import Path
 import pytest
 
 from spotbench.cli import main
-
-CASE_TEST = "::test_malformed_input_is_one_clear_line["
-"""The parametrised test of each tests/spotbench/test_malformed_*.py file, one case a node."""
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    def cases(outcome: str) -> set[str]:
-        return {r.nodeid for r in terminalreporter.stats.get(outcome, []) if CASE_TEST in getattr(r, "nodeid", "")}
-
-    ran = cases("passed") | cases("failed") | cases("error")
-    if ran:
-        clear = cases("passed") - cases("failed") - cases("error")  # a teardown error fails a passed call
-        terminalreporter.write_line(f"malformed inputs with clear errors {len(clear)}/{len(ran)}")
 
 
 def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:

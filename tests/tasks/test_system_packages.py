@@ -22,8 +22,10 @@ NEEDS_NEITHER = "tests/harness/test_validation.py"
 pytestmark = pytest.mark.slow  # each test starts pytest in a subprocess
 
 
-def pytest_with(commands: list[str], tests: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    """pytest on `tests`, with PATH a directory of links to `commands` only."""
+def pytest_with(
+    commands: list[str], tests: list[str], tmp_path: Path, options: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    """pytest on `tests` (with `options`), with PATH a directory of links to `commands` only."""
     path = tmp_path / "bin"
     path.mkdir(parents=True)
     for command in commands:
@@ -31,7 +33,7 @@ def pytest_with(commands: list[str], tests: list[str], tmp_path: Path) -> subpro
         assert found is not None, f"{command} is needed to run this test"
         (path / command).symlink_to(found)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options, *tests],
         cwd=ROOT,
         env={**os.environ, "PATH": str(path)},
         capture_output=True,
@@ -49,8 +51,9 @@ def stop_line(done: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_a_missing_bubblewrap_stops_the_run_with_one_line(tmp_path):
-    line = stop_line(pytest_with([], [NEEDS_BWRAP], tmp_path))
+@pytest.mark.parametrize("options", [(), ("-n", "2")], ids=["one process", "pytest -n 2"])
+def test_a_missing_bubblewrap_stops_the_run_with_one_line(options, tmp_path):
+    line = stop_line(pytest_with([], [NEEDS_BWRAP], tmp_path, options))
     assert "need bubblewrap," in line
 
 

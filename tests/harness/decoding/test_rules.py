@@ -189,3 +189,34 @@ def test_decide_many_is_the_rule_on_every_row(confidence, rule, temperature):
     assert len({t.positions for t in many}) > 3  # the rows decide differently
     with pytest.raises(ValueError, match="masked"):
         r.decide_many([logits[0]], [torch.zeros(8, dtype=torch.long)], None, 0.0)
+
+
+@pytest.mark.parametrize("confidence", ["prob", "tempered_prob", "margin", "neg_entropy"])
+@pytest.mark.parametrize("rule", ["top1", "threshold:0.3", "strict:0.3"])
+def test_scores_at_t0_decide_every_later_state_as_the_rule_does(confidence, rule):
+    # A chain on fixed logits at T=0, each later state the one before with the rule's transition (or
+    # a random masked position) filled: the scores of the first state decide each exactly as the rule
+    # on that state. Logits with ties, so the tie-breaks are compared too.
+    generator = torch.Generator().manual_seed(11)
+    tau = None if rule == "top1" else 0.3
+    r = Rule("top1" if tau is None else "threshold", MASK, confidence, tau, rule.startswith("strict"))
+    for trial in range(20):
+        logits = (torch.randn(8, V, generator=generator) * 2).round()
+        state = torch.full((8,), MASK)
+        state[torch.randperm(8, generator=generator)[: trial % 3]] = 1
+        [scored] = r.score_many([logits], [state], None, 0.0)
+        while bool((state == MASK).any()):
+            assert scored.decide(r, state) == r(logits, state, None, 0.0)
+            if trial % 2:  # a state no chain of this rule reaches
+                state = state.clone()
+                state[(state == MASK).nonzero()[0]] = 2
+            else:
+                state = r(logits, state, None, 0.0).apply(state)
+    # negative control: at T>0 the first state's scores are not the next step's (its noise differs)
+    logits = torch.zeros(8, V, dtype=torch.float64)
+    noises = [torch.rand(8, V, generator=generator, dtype=torch.float64) for _ in range(2)]
+    [scored] = r.score_many([logits], [torch.full((8,), MASK)], [noises[0]], 1.0)
+    assert any(
+        scored.decide(r, s) != r(logits, s, noises[1], 1.0)
+        for s in (torch.full((8,), MASK), torch.tensor([1] + [MASK] * 7))
+    )
