@@ -183,8 +183,9 @@ def test_registry_spiffy_is_the_zoo_calibration_for_sdar_a(tmp_path):
 
 def test_committed_graphs_are_for_the_target_and_rule_their_folder_names():
     """zoo/proposers/spiffy-<target> (top1) and spiffy-<target>-threshold-0.9, on train prompts, at the
-    target's block length (32 for the zoo's own targets, 4 for the converted sdar-smollm2)."""
-    block_lengths = {"sdar-smollm2": 4}
+    target's block length (32 for the zoo's own targets, 4 and 16 for the converted sdar-smollm2 and
+    sdar-smollm2-b16)."""
+    block_lengths = {"sdar-smollm2": 4, "sdar-smollm2-b16": 16}
     folders = sorted(ZOO_DIR.joinpath("proposers").glob("spiffy-*"))
     assert {"spiffy-sdar-a", "spiffy-sdar-b", "spiffy-llada-a", "spiffy-dream-a"} <= {f.name for f in folders}
     for folder in folders:
