@@ -112,7 +112,7 @@ class Scored:
         positions, tokens, confidence = self.positions[keep], self.tokens[keep], self.confidence[keep]
         if positions.numel() == 0:
             raise ValueError("a commit rule needs at least one masked position")
-        chosen = rule._select(confidence)
+        chosen = rule.select(confidence)
         return Transition(tuple(positions[chosen].tolist()), tuple(tokens[chosen].tolist()))
 
 
@@ -146,7 +146,7 @@ class Rule:
     ) -> tuple[Transition, StepRecord | None]:
         """The transition and, with `record`, how close its decision was (the reference keeps this)."""
         masked, tokens, confidence, scores = self.score(logits, state, noise, temperature)
-        chosen = self._select(confidence).cpu()  # the logits may live on a GPU, the state on the CPU
+        chosen = self.select(confidence).cpu()  # the logits may live on a GPU, the state on the CPU
         transition = Transition(tuple(masked[chosen].tolist()), tuple(tokens.cpu()[chosen].tolist()))
         return transition, self._record(confidence, scores, temperature) if record else None
 
@@ -202,7 +202,7 @@ class Rule:
         confidences = self.confidence_of(x, tokens, temperature).cpu().split(sizes)
         return [Scored(m, t, c) for m, t, c in zip(masked, tokens.cpu().split(sizes), confidences)]
 
-    def _select(self, confidence: Tensor) -> Tensor:
+    def select(self, confidence: Tensor) -> Tensor:
         """Indices (into the masked positions, increasing) of the positions to commit."""
         top = confidence.argmax()
         if self.tau is None:
