@@ -61,14 +61,21 @@ class ConfidenceProposer:
         stale = [r.stale for r in requests if r.stale is not None]
         # at T=0 the stale view's scores decide every depth (`Scored`): scored once, not per depth
         fixed = rule.score_many(stale, [c.state for c in chains], None, 0.0) if temperature <= 0 else None
+
+        def decide(
+            members: list[int], states: list[torch.Tensor], noise: list[torch.Tensor] | None
+        ) -> list[Transition]:
+            """The rule's transitions from `states` of chains `members`, on each chain's stale view."""
+            if not members:
+                return []
+            if fixed is not None:
+                return [fixed[g].decide(rule, state) for g, state in zip(members, states)]
+            return rule.decide_many([stale[g] for g in members], states, noise, temperature)
+
         growing = list(range(len(chains)))
         while growing:
             noise = [noise_at(chains[g]) for g in growing] if temperature > 0 else None
-            logits = [stale[g] for g in growing]
-            if fixed is None:
-                transitions = rule.decide_many(logits, [chains[g].state for g in growing], noise, temperature)
-            else:
-                transitions = [fixed[g].decide(rule, chains[g].state) for g in growing]
+            transitions = decide(growing, [chains[g].state for g in growing], noise)
             children = [t.apply(chains[g].state) for g, t in zip(growing, transitions)]
             going = [k for k, child in enumerate(children) if bool((child == mask_id).any())]
             branching = [
@@ -77,17 +84,12 @@ class ConfidenceProposer:
                 if chains[growing[k]].siblings_left
                 and len(chains[growing[k]].nodes) + 2 <= chains[growing[k]].request.budget
             ]
-            siblings: dict[int, Transition] = {}
-            if branching and fixed is not None:
-                siblings = {k: fixed[growing[k]].decide(rule, children[k]) for k in branching}
-            elif branching:
-                picked = rule.decide_many(
-                    [logits[k] for k in branching],
-                    [children[k] for k in branching],
-                    None if noise is None else [noise[k] for k in branching],
-                    temperature,
-                )
-                siblings = dict(zip(branching, picked))
+            picked = decide(
+                [growing[k] for k in branching],
+                [children[k] for k in branching],
+                None if noise is None else [noise[k] for k in branching],
+            )
+            siblings = dict(zip(branching, picked))
             for k in going:
                 chain = chains[growing[k]]
                 if k in siblings:
