@@ -18,6 +18,8 @@ registered proposer). It measures passes only: exactness, wall time and scores n
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor
 
@@ -36,6 +38,7 @@ class RecordedTarget:
         self.plain, self.mask_id, self.eos_id = plain, mask_id, plain.eos_id
         self.vocab_size = plain.pass_logits[0].shape[-1]
         self.known: dict[tuple[int, bytes], int] = {}  # (block, state) -> the step taken from it
+        self.unknown = torch.full_like(plain.pass_logits[0], float("nan"))
         self.blocks = plain.blocks(mask_id)
         for block in self.blocks:
             for step, state in zip(range(block.first, block.end), block.states(plain.steps)):
@@ -43,6 +46,21 @@ class RecordedTarget:
 
     def start(self, prompt_ids: object, gen_length: int, block_length: int) -> RecordedSession:
         return RecordedSession(self)
+
+
+class RecordedRows:
+    """A pass's [N, B, V] logits as the block loop reads them, row by row: the recorded tensors
+    themselves. Why not one stacked tensor: a row of a real target is B x V floats (3 MB on SmolLM2 at
+    block 16), and copying every row of every tree made replaying an arm cost 8% of the decode it
+    stands for, while the loop reads one or two rows of most trees."""
+
+    is_cuda = False
+
+    def __init__(self, rows: list[Tensor]):
+        self.rows = rows
+
+    def __getitem__(self, row: int) -> Tensor:
+        return self.rows[row]
 
 
 class RecordedSession:
@@ -59,11 +77,11 @@ class RecordedSession:
         self.rows += states.shape[0]
         pass_logits, all_following = self.target.plain.pass_logits, self.target.plain.following
         assert pass_logits is not None and all_following is not None  # replay takes a plain run with its logits
-        unknown = torch.full_like(pass_logits[0], float("nan"))
         steps = [self.target.known.get((self.block_index, s.numpy().tobytes())) for s in states]
-        current = torch.stack([unknown if s is None else pass_logits[s] for s in steps])
+        current = RecordedRows([self.target.unknown if s is None else pass_logits[s] for s in steps])
         following = all_following[self.block_index] if self.block_index < len(all_following) else None
-        return BlockLogits(current, None if following is None else following.expand(len(steps), -1, -1))
+        # the loop reads rows one at a time (`current[row]`): a recorded row is handed over, never copied
+        return BlockLogits(cast(Tensor, current), None if following is None else following.expand(len(steps), -1, -1))
 
     def finish_block(self, state: Tensor) -> bool:
         """The recorded generation ended after its last finished block."""
