@@ -2,13 +2,15 @@
 
 A decoding loop is written for one generation, as a Python generator: where it needs a draft it
 yields a `Draft` (its proposer and request) and receives the tree; where it needs the target it
-yields a `Pass` (its session and the states it wants evaluated) and receives their logits; when it is
-done it returns its `Generation`. `decode_batch` drives up to `batch_size` such generations at once,
-in rounds: it collects the draft requests of every active generation and drafts them together
+yields a `Pass` (its session and the states it wants evaluated) and receives their logits; where it
+verifies them it yields a `Verify` and receives the walk; when it is done it returns its
+`Generation`. `decode_batch` drives up to `batch_size` such generations at once, in rounds: it
+collects the draft requests of every active generation and drafts them together
 (`harness.decoding.tree.propose_all`: one `propose_batch` call per kind of proposer), then the pass
-each one yields, evaluates all of them in ONE call of the target's `forward_many`, and hands each
-generation its own rows back. A generation that finishes leaves and the next pending one joins
-(continuous batching).
+each one yields, evaluates all of them in ONE call of the target's `forward_many`, hands each
+generation its own rows back, and walks every generation's tree together
+(`harness.decoding.verify.walk_all`: one rule call per depth). A generation that finishes leaves
+and the next pending one joins (continuous batching).
 
 Batching changes no generation's semantics: its noise is keyed by its own seed and steps, its
 proposer, rule and commits are its own, and its session counts its own passes and rows; only the
@@ -17,7 +19,8 @@ logits may differ in the last bits where the target pads rows together (never in
 
 Time. A generation's `target_s` is its share of the batched passes it took part in (each pass's time
 split by rows evaluated); its `proposer_s` its share of the batched drafts (each call's time split
-evenly); its engine time is its own (the driver times each resumption of its loop); its `wall_s` is
+evenly); its engine time is its own (the driver times each resumption of its loop) plus its share of
+the batched walks (split evenly); its `wall_s` is
 the sum of the three: the worker time it cost. So the walls of a batch add up
 to the batch's time, tokens / wall is the job's throughput, and at batch size 1 wall is the
 generation's latency as before.
@@ -34,6 +37,7 @@ from torch import Tensor
 
 from harness.decoding.generation import Generation, synchronize
 from harness.decoding.tree import DraftRequest, Proposer, propose_all
+from harness.decoding.verify import Verify, walk_all
 
 
 @dataclass(frozen=True)
@@ -71,9 +75,9 @@ class Draft:
     request: DraftRequest
 
 
-Decoding = Generator[Pass | Draft, Any, Generation]
-"""One generation's loop: yields the drafts and passes it needs, receives each one's tree or
-logits, returns the result."""
+Decoding = Generator[Pass | Draft | Verify, Any, Generation]
+"""One generation's loop: yields the drafts, passes and walks it needs, receives each one's tree,
+logits or walk, returns the result."""
 
 
 def decode_batch(target: Any, generations: Iterable[Decoding], batch_size: int = 1) -> list[Generation]:
@@ -106,20 +110,32 @@ def decode_batch(target: Any, generations: Iterable[Decoding], batch_size: int =
 
     exhausted = False
     while True:
-        while not exhausted and len(active) < batch_size:
-            item = next(pending, None)
-            if item is None:
-                exhausted = True
+        # Until every active generation waits for a pass: walk all the trees that were evaluated
+        # (finished generations leave, pending ones join), then draft for all of them together.
+        while True:
+            while not exhausted and len(active) < batch_size:
+                item = next(pending, None)
+                if item is None:
+                    exhausted = True
+                    break
+                clock[item[0]] = [0.0, 0.0, 0, 0.0]
+                resume(item[0], item[1], None)
+            if verifying := [i for i in active if isinstance(active[i][1], Verify)]:
+                before = time.perf_counter()
+                walks = walk_all([active[i][1] for i in verifying])
+                spent = (time.perf_counter() - before) / len(verifying)
+                for index, walk in zip(verifying, walks):
+                    clock[index][0] += spent
+                    resume(index, active.pop(index)[0], walk)
+            elif drafting := [i for i in active if isinstance(active[i][1], Draft)]:
+                trees, seconds = propose_all(
+                    [active[i][1].proposer for i in drafting], [active[i][1].request for i in drafting]
+                )
+                for index, tree, spent in zip(drafting, trees, seconds):
+                    clock[index][3] += spent
+                    resume(index, active.pop(index)[0], tree)
+            else:
                 break
-            clock[item[0]] = [0.0, 0.0, 0, 0.0]
-            resume(item[0], item[1], None)
-        while drafting := [i for i in active if isinstance(active[i][1], Draft)]:
-            trees, seconds = propose_all(
-                [active[i][1].proposer for i in drafting], [active[i][1].request for i in drafting]
-            )
-            for index, tree, spent in zip(drafting, trees, seconds):
-                clock[index][3] += spent
-                resume(index, active.pop(index)[0], tree)
         if not active:
             break
         order = list(active)

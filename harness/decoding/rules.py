@@ -22,9 +22,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
 
 import torch
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 
 from harness.errors import UserError
 from harness.targets.families import Confidence, FamilySpec
@@ -104,16 +106,16 @@ class Scored:
     positions: Tensor
     tokens: Tensor
     confidence: Tensor
+    scores: Tensor | None = None
+    """[M, V] the candidate scores, when asked for (`Rule.record` reads them)."""
 
     def decide(self, rule: Rule, state: Tensor | None = None) -> Transition:
         """The rule's transition from the scored state, or from a later `state` of the same block
         (those of the scored positions still masked in it), exactly as the rule on that state."""
-        keep = slice(None) if state is None else (state[self.positions] == rule.mask_id).nonzero().squeeze(1)
-        positions, tokens, confidence = self.positions[keep], self.tokens[keep], self.confidence[keep]
-        if positions.numel() == 0:
-            raise ValueError("a commit rule needs at least one masked position")
-        chosen = rule.select(confidence)
-        return Transition(tuple(positions[chosen].tolist()), tuple(tokens[chosen].tolist()))
+        if state is None:
+            return rule.decide_scored([self])[0]
+        keep = (state[self.positions] == rule.mask_id).nonzero().squeeze(1)
+        return rule.decide_scored([Scored(self.positions[keep], self.tokens[keep], self.confidence[keep])])[0]
 
 
 _LOG_SCALED = ("prob", "tempered_prob")
@@ -145,10 +147,8 @@ class Rule:
         self, logits: Tensor, state: Tensor, noise: Tensor | None, temperature: float, record: bool = True
     ) -> tuple[Transition, StepRecord | None]:
         """The transition and, with `record`, how close its decision was (the reference keeps this)."""
-        masked, tokens, confidence, scores = self.score(logits, state, noise, temperature)
-        chosen = self.select(confidence).cpu()  # the logits may live on a GPU, the state on the CPU
-        transition = Transition(tuple(masked[chosen].tolist()), tuple(tokens.cpu()[chosen].tolist()))
-        return transition, self._record(confidence, scores, temperature) if record else None
+        scored = self.score_many([logits], [state], None if noise is None else [noise], temperature, record)[0]
+        return scored.decide(self), self.record(scored, temperature) if record else None
 
     def score(
         self, logits: Tensor, state: Tensor, noise: Tensor | None, temperature: float
@@ -186,30 +186,57 @@ class Rule:
         state [B], noise [B, V]) in one pass of tensor operations over all their masked rows (each row
         is computed as alone, so the transitions are the same bit for bit). Why: a batch's
         proposers simulate the rule for every generation at each depth."""
-        return [scored.decide(self) for scored in self.score_many(logits, states, noise, temperature)]
+        return self.decide_scored(self.score_many(logits, states, noise, temperature))
 
     def score_many(
-        self, logits: Sequence[Tensor], states: Sequence[Tensor], noise: Sequence[Tensor] | None, temperature: float
+        self,
+        logits: Sequence[Tensor],
+        states: Sequence[Tensor],
+        noise: Sequence[Tensor] | None,
+        temperature: float,
+        keep_scores: bool = False,
     ) -> list[Scored]:
-        """What the rule decides on for every generation g, scored together as `decide_many` does."""
+        """What the rule decides on for every generation g, scored together as `decide_many` does
+        (noise[g] [B, V], or the rows of the state's masked positions only; `keep_scores` keeps each
+        generation's candidate scores for `record`)."""
         masked = [(state == self.mask_id).nonzero().squeeze(1) for state in states]
         if any(m.numel() == 0 for m in masked):
             raise ValueError("a commit rule needs at least one masked position")
-        x = torch.cat([rows.index_select(0, m.to(rows.device)) for rows, m in zip(logits, masked)]).double()
-        rows_noise = None if noise is None else torch.cat([n[m] for n, m in zip(noise, masked)])
-        tokens = greedy_tokens(candidate_scores(x, rows_noise, temperature), self.mask_id)
+        x = concatenated([block.index_select(0, m.to(block.device)) for block, m in zip(logits, masked)]).double()
+        rows_noise = None
+        if noise is not None:
+            rows_noise = concatenated([n if n.shape[0] == m.numel() else n[m] for n, m in zip(noise, masked)])
+        scores = candidate_scores(x, rows_noise, temperature)
+        tokens = greedy_tokens(scores, self.mask_id)
         sizes = [len(m) for m in masked]
         confidences = self.confidence_of(x, tokens, temperature).cpu().split(sizes)
-        return [Scored(m, t, c) for m, t, c in zip(masked, tokens.cpu().split(sizes), confidences)]
+        kept = scores.split(sizes) if keep_scores else [None] * len(sizes)
+        return [Scored(m, t, c, k) for m, t, c, k in zip(masked, tokens.cpu().split(sizes), confidences, kept)]
 
-    def select(self, confidence: Tensor) -> Tensor:
-        """Indices (into the masked positions, increasing) of the positions to commit."""
-        top = confidence.argmax()
+    def record(self, scored: Scored, temperature: float) -> StepRecord:
+        """How close the rule's decision on `scored` (scored with `keep_scores`) was."""
+        if scored.scores is None:
+            raise ValueError("a record needs the candidate scores: score with keep_scores=True")
+        return self._record(scored.confidence, scored.scores, temperature)
+
+    def decide_scored(self, scored: Sequence[Scored]) -> list[Transition]:
+        """The rule's transition for each scored state, all selected in one set of tensor operations:
+        the confidences as the rows of one matrix (padding -inf, never chosen), the most confident
+        position of each row (ties: the lowest), and for threshold rules every position at or above
+        tau (above, for strict families) besides it."""
+        if any(s.positions.numel() == 0 for s in scored):
+            raise ValueError("a commit rule needs at least one masked position")
+        confidence = rows([s.confidence for s in scored], -math.inf)
+        top = confidence.argmax(1)
+        positions, tokens = rows([s.positions for s in scored]).tolist(), rows([s.tokens for s in scored]).tolist()
         if self.tau is None:
-            return top[None]
+            return [Transition((ps[t],), (ts[t],)) for ps, ts, t in zip(positions, tokens, top.tolist())]
         keep = confidence > self.tau if self.strict else confidence >= self.tau
-        keep[top] = True
-        return keep.nonzero().squeeze(1)
+        keep[torch.arange(len(scored)), top] = True
+        return [
+            Transition(tuple(compress(ps, ks)), tuple(compress(ts, ks)))
+            for ps, ts, ks in zip(positions, tokens, keep.tolist())
+        ]
 
     def _record(self, confidence: Tensor, scores: Tensor, temperature: float) -> StepRecord:
         # the token decision's gap is between candidates, and the mask token never is one
@@ -229,6 +256,18 @@ class Rule:
             if others.numel():
                 gaps.append(float((others - tau).abs().min()))
         return StepRecord(margin, min(gaps))
+
+
+def concatenated(tensors: Sequence[Tensor]) -> Tensor:
+    """`torch.cat(tensors)`, without the copy when there is one."""
+    return tensors[0] if len(tensors) == 1 else torch.cat(list(tensors))
+
+
+def rows(vectors: Sequence[Tensor], padding: float = 0) -> Tensor:
+    """Vectors of several generations as the rows of one matrix, padded on the right (one is a view)."""
+    if len(vectors) == 1:
+        return vectors[0][None]
+    return pad_sequence(list(vectors), batch_first=True, padding_value=padding)
 
 
 def parse_rule(text: str, family: FamilySpec, mask_id: int) -> Rule:

@@ -30,6 +30,7 @@ from harness.decoding.metrics import Metrics
 from harness.decoding.noise import NoiseSource
 from harness.decoding.rules import StepRecord, Transition, greedy_tokens
 from harness.decoding.tree import BatchProposer, DraftRequest, DraftTree, Proposer, prepare, stop_reason
+from harness.decoding.verify import Verify
 from harness.targets.target import DLMTarget
 
 
@@ -83,24 +84,16 @@ def speculative_generation(
         draft = yield Draft(proposer, request)  # drafted with the batch's other generations
         tree = prepare(draft, state, mask_id, budget)
         logits = yield Pass(session, tree.states)  # one target pass over [root] + nodes
-        # Walk: at each row the target's own transition; move to the child that drafted exactly it.
-        row, depth = 0, 0
-        while True:
-            # the noise of the row's masked positions only: the rule reads no other
-            sample = (
-                noise.rows(root_step + depth, (tree.states[row] == mask_id).nonzero().squeeze(1)) if noise else None
-            )
-            transition, record = rule.explain(logits.current[row], tree.states[row], sample, temperature, trace)
-            steps.append(transition)
-            if record is not None:  # traced
-                records.append(record)
-            if keep_logits:
-                kept.append(logits.current[row].cpu())
-            child = tree.child(row, transition)
-            if child is None:
-                break  # `transition` is the bonus commit
-            metrics.accepted_per_depth[depth] += 1
-            row, depth = child, depth + 1
+        # Walk: at each row the target's own transition; move to the child that drafted exactly it
+        # (`harness.decoding.verify`: walked with the batch's other generations, depth by depth).
+        walk = yield Verify(tree, logits.current, root_step, noise, rule, temperature, trace)
+        steps.extend(walk.transitions)  # the drafted transitions it walked, then the bonus commit
+        records.extend(walk.records)
+        if keep_logits:
+            kept.extend(logits.current[r].cpu() for r in walk.rows)
+        row, transition, depth = walk.rows[-1], walk.transitions[-1], len(walk.rows) - 1
+        for d in range(depth):
+            metrics.accepted_per_depth[d] += 1
         if trace and stale is not None:
             count_stale_hits(metrics, stale, steps[root_step:], mask_id)
         metrics.draft_nodes += tree.states.shape[0] - 1
