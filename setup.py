@@ -35,6 +35,9 @@ setup(
         "harness.data.zoo": [
             "models/sdar-smollm2-b16/model/*",
             "recipes/sdar-smollm2-b16.yaml",
+            "proposers/spot-sdar-smollm2-b16/*",
+            "proposers/spiffy-sdar-smollm2-b16/*",
+            "proposers/spot-sets-calibrated/sdar-smollm2-b16/*",
             "drafters/psi-smollm2/*",
             "drafters/psi-smollm2.yaml",
             "proposers/teachers/*/*",

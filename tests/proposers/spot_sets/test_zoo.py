@@ -15,7 +15,7 @@ from cluster.suite import build_suite, load_suite
 from harness.decoding import DecodeConfig, parse_rule, plain_decode, speculative_decode
 from harness.errors import UserError
 from harness.recipes import nested_layout
-from harness.targets.registry import load_target
+from harness.targets.registry import default_block_length, load_target
 from harness.targets.zoo import zoo_names
 from proposers import build_proposer, check_arm_for_model, check_proposer
 from proposers.spot.recipe import OPTIMIZER
@@ -78,12 +78,13 @@ def test_committed_calibrations_are_the_zoo_checkpoint_fitted_to_their_target_on
     for folder in folders:
         provenance = read_calibration(folder)["provenance"]
         assert provenance["target"] == folder.name in zoo_names() and folder.name != "sdar-a"
-        assert (provenance["rule"], provenance["tau"], provenance["block_length"]) == ("threshold:0.9", 0.9, 32)
+        block = default_block_length(folder.name)  # each target at the block length it was trained at
+        assert (provenance["rule"], provenance["tau"], provenance["block_length"]) == ("threshold:0.9", 0.9, block)
         assert 0 < len(provenance["prompts"]) <= 50 and all("/train/" in p for p in provenance["prompts"])
         assert (folder / WEIGHTS_FILE).read_bytes() == weights  # calibrated, not retrained
-        check_arm_for_model(f"spot-sets:{folder}", folder.name, 32, ["threshold:0.9"])
+        check_arm_for_model(f"spot-sets:{folder}", folder.name, block, ["threshold:0.9"])
         with pytest.raises(UserError, match=f"calibrated for model '{folder.name}', not 'sdar-a'"):
-            check_arm_for_model(f"spot-sets:{folder}", "sdar-a", 32, ["threshold:0.9"])
+            check_arm_for_model(f"spot-sets:{folder}", "sdar-a", block, ["threshold:0.9"])
 
 
 @pytest.mark.parametrize(
