@@ -106,8 +106,8 @@ class Scored:
     positions: Tensor
     tokens: Tensor
     confidence: Tensor
-    scores: Tensor | None = None
-    """[M, V] the candidate scores, when asked for (`Rule.record` reads them)."""
+    token_gaps: Tensor | None = None
+    """[M] each position's best minus second-best candidate score, when asked for (`Rule.record`)."""
 
     def decide(self, rule: Rule, state: Tensor | None = None) -> Transition:
         """The rule's transition from the scored state, or from a later `state` of the same block
@@ -194,11 +194,11 @@ class Rule:
         states: Sequence[Tensor],
         noise: Sequence[Tensor] | None,
         temperature: float,
-        keep_scores: bool = False,
+        keep_gaps: bool = False,
     ) -> list[Scored]:
         """What the rule decides on for every generation g, scored together as `decide_many` does
-        (noise[g] [B, V], or the rows of the state's masked positions only; `keep_scores` keeps each
-        generation's candidate scores for `record`)."""
+        (noise[g] [B, V], or the rows of the state's masked positions only; `keep_gaps` keeps each
+        position's gap between its two best candidates, for `record`)."""
         masked = [(state == self.mask_id).nonzero().squeeze(1) for state in states]
         if any(m.numel() == 0 for m in masked):
             raise ValueError("a commit rule needs at least one masked position")
@@ -210,14 +210,17 @@ class Rule:
         tokens = greedy_tokens(scores, self.mask_id)
         sizes = [len(m) for m in masked]
         confidences = self.confidence_of(x, tokens, temperature).cpu().split(sizes)
-        kept = scores.split(sizes) if keep_scores else [None] * len(sizes)
+        kept: Sequence[Tensor | None] = [None] * len(sizes)
+        if keep_gaps:  # the token decision's gap is between candidates, and the mask token never is one
+            top2 = without_mask(scores, self.mask_id).topk(2, dim=-1).values
+            kept = (top2[:, 0] - top2[:, 1]).cpu().split(sizes)
         return [Scored(m, t, c, k) for m, t, c, k in zip(masked, tokens.cpu().split(sizes), confidences, kept)]
 
     def record(self, scored: Scored, temperature: float) -> StepRecord:
-        """How close the rule's decision on `scored` (scored with `keep_scores`) was."""
-        if scored.scores is None:
-            raise ValueError("a record needs the candidate scores: score with keep_scores=True")
-        return self._record(scored.confidence, scored.scores, temperature)
+        """How close the rule's decision on `scored` (scored with `keep_gaps`) was."""
+        if scored.token_gaps is None:
+            raise ValueError("a record needs the token gaps: score with keep_gaps=True")
+        return self._record(scored.confidence, scored.token_gaps, temperature)
 
     def decide_scored(self, scored: Sequence[Scored]) -> list[Transition]:
         """The rule's transition for each scored state, all selected in one set of tensor operations:
@@ -238,10 +241,8 @@ class Rule:
             for ps, ts, ks in zip(positions, tokens, keep.tolist())
         ]
 
-    def _record(self, confidence: Tensor, scores: Tensor, temperature: float) -> StepRecord:
-        # the token decision's gap is between candidates, and the mask token never is one
-        top2 = without_mask(scores, self.mask_id).topk(2, dim=-1).values
-        gaps = [float((top2[:, 0] - top2[:, 1]).min()) * (temperature if temperature > 0 else 1.0)]
+    def _record(self, confidence: Tensor, token_gaps: Tensor, temperature: float) -> StepRecord:
+        gaps = [float(token_gaps.min()) * (temperature if temperature > 0 else 1.0)]
         scale = (lambda c: c.clamp_min(1e-300).log()) if self.confidence in _LOG_SCALED else (lambda c: c)
         margin = math.inf
         if confidence.numel() > 1:

@@ -87,7 +87,7 @@ def decide_rows(
             r.noise.rows(r.step + len(w.rows) - 1, (state == rule.mask_id).nonzero().squeeze(1))  # type: ignore[union-attr]
             for r, w, state in zip(requests, walks, states)
         ]
-    scored = rule.score_many(logits, states, noise, temperature, keep_scores=trace)
+    scored = rule.score_many(logits, states, noise, temperature, keep_gaps=trace)
     transitions = rule.decide_scored(scored)
     records = [rule.record(s, temperature) if trace else None for s in scored]
     return transitions, records
