@@ -206,13 +206,13 @@ class Rule:
         rows_noise = None
         if noise is not None:
             rows_noise = concatenated([n if n.shape[0] == m.numel() else n[m] for n, m in zip(noise, masked)])
-        scores = candidate_scores(x, rows_noise, temperature)
-        tokens = greedy_tokens(scores, self.mask_id)
+        candidates = without_mask(candidate_scores(x, rows_noise, temperature), self.mask_id)
+        tokens = candidates.max(-1).indices  # as `greedy_tokens`
         sizes = [len(m) for m in masked]
         confidences = self.confidence_of(x, tokens, temperature).cpu().split(sizes)
         kept: Sequence[Tensor | None] = [None] * len(sizes)
         if keep_gaps:  # the token decision's gap is between candidates, and the mask token never is one
-            top2 = without_mask(scores, self.mask_id).topk(2, dim=-1).values
+            top2 = candidates.topk(2, dim=-1).values
             kept = (top2[:, 0] - top2[:, 1]).cpu().split(sizes)
         return [Scored(m, t, c, k) for m, t, c, k in zip(masked, tokens.cpu().split(sizes), confidences, kept)]
 
