@@ -17,6 +17,7 @@ position with another token, or with nothing drafted.
     python benchmarks/replay_proposers.py --targets sdar-a,dream-a --tasks arith,gsm8k --limit 40 \\
         --proposers confidence,confidence-branch,spot --checkpoints /tmp/my-spot,/tmp/run1+/tmp/run2
 
+`--rule threshold:TAU` replays every arm under that rule (plain threshold decoding is the reference).
 Proposers are registry names (`spiffy:DIR` and `spot:PATH` included); a Spiffy graph calibrated for
 another target or block length is refused (`proposers.check_arm_for_model`).
 
@@ -140,6 +141,9 @@ def main() -> None:
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--proposers", default="confidence,confidence-branch,spot")
     parser.add_argument(
+        "--rule", default="top1", help="top1 or threshold:TAU (plain decoding under it is the reference)"
+    )
+    parser.add_argument(
         "--checkpoints",
         default="",
         help="comma-separated SPOT checkpoint folders; "
@@ -158,10 +162,10 @@ def main() -> None:
         + "  vs best confidence"
     )
     for target_name, name in itertools.product(args.targets.split(","), names):
-        check_arm_for_model(name, target_name, args.block_length)  # before any decoding: a Spiffy graph's fit
+        check_arm_for_model(name, target_name, args.block_length, [args.rule])  # before any decoding: a fitted arm
     for target_name in args.targets.split(","):
         target = load_dlm_target(target_name, what="this benchmark")
-        rule = parse_rule("top1", target.family, target.mask_id)
+        rule = parse_rule(args.rule, target.family, target.mask_id)
         for task_name in args.tasks.split(","):
             task = get_task(task_name, num_fewshot=0)
             samples = task.load(args.split, limit=args.start + args.limit)[args.start :]
