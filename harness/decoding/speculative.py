@@ -12,7 +12,7 @@ commits one transition. With `trace` the loop also keeps what the reference need
 close the rule's decision was (`StepRecord`, for divergence forensics) and the stale-token hit count;
 with `keep_logits`, the logits of every walked row (replay and SPOT's training data read them).
 
-The loop is written for one generation and yields each draft and target pass it needs (`speculative_generation`);
+The loop is written for one generation and yields each draft, target pass and walk it needs (`speculative_generation`);
 `harness.decoding.batch.decode_batch` drives one generation alone (`speculative_decode`) or many
 together, one target pass per step across them.
 """
@@ -58,9 +58,9 @@ def speculative_generation(
     trace: bool = False,
     keep_logits: bool = False,
 ) -> Decoding:
-    """The block loop of one generation: yields each draft it needs (`Draft`) and each target pass
-    (`Pass`), receives the tree and the pass's `BlockLogits`, returns the `Generation` (its times
-    are filled in by `decode_batch`)."""
+    """The block loop of one generation: yields each draft it needs (`Draft`), each target pass
+    (`Pass`) and each walk of a tree over its pass (`Verify`), receives the tree, the pass's
+    `BlockLogits` and the `Walk`, returns the `Generation` (its times are filled in by `decode_batch`)."""
     if budget < 0:
         raise ValueError(f"the draft budget must be >= 0, got {budget}")
     rule, temperature, size, mask_id = config.rule, config.temperature, config.block_length, target.mask_id
