@@ -71,7 +71,6 @@ def walk_all(requests: Sequence[Verify]) -> list[Walk]:
                 if child is not None:  # the target's transition was drafted: walk on
                     walk.rows.append(child)
                     going.append(g)
-        going.sort()
     return walks
 
 
