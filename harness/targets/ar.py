@@ -36,6 +36,7 @@ import copy
 import importlib.util
 import json
 import os
+import weakref
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
@@ -47,6 +48,7 @@ from torch import Tensor
 from harness.errors import UserError
 from harness.targets.batching import kv_layers
 from harness.targets.causal_lm import CausalLM, load_causal_lm
+from harness.targets.kv_store import KVStore
 from harness.targets.tree_mask import ancestors, depths, tree_mask
 from harness.targets.zoo import model_folder
 
@@ -68,6 +70,8 @@ class ARTarget:
         self.name = name
         self.rowwise = rowwise
         """Evaluate each draft node on its own (exactness mode, see the module docstring)."""
+        self.store = KVStore(model.config.get_text_config().num_hidden_layers)
+        """Every session's keys and values (`harness.targets.kv_store`)."""
 
     @property
     def vocab_size(self) -> int:
@@ -109,15 +113,15 @@ class ARTarget:
 
 
 class ARSession:
-    """One generation of one prompt: the KV cache, the pending tokens and the pass counters."""
+    """One generation of one prompt: its slot of the target's key/value store, the pending tokens and
+    the pass counters."""
 
     def __init__(self, target: ARTarget, prompt: Tensor):
-        from transformers import DynamicCache
-
         self.target = target
-        self.cache = DynamicCache()
+        self.slot = target.store.take()
+        weakref.finalize(self, target.store.release, self.slot)
         self.cached = 0
-        """Positions held by the cache (after `commit`)."""
+        """Positions of the slot that hold committed tokens (after `commit`)."""
         self.pending = prompt
         self.nfe = 0
         self.rows = 0
@@ -130,14 +134,14 @@ class ARSession:
         """Absolute position of the next token, the one the root row predicts."""
         return self.cached + self.pending.numel()
 
+    def stored(self) -> list[tuple[Tensor, Tensor]]:
+        """Per layer, the committed keys/values [1, heads, cached, dim] (views of the store)."""
+        return self.target.store.stored(self.slot, self.cached)
+
     def forward(self, tokens: Tensor, parents: Sequence[int]) -> Tensor:
         """One target pass: [1 + N, V] logits of the root and of each node j (token `tokens[j]`,
         child of row `parents[j]`: 0 is the root, i + 1 node i; parents come first)."""
-        tokens = self.admit(tokens, parents)
-        with torch.inference_mode():
-            if self.target.rowwise:
-                return self._rowwise(tokens, parents)
-            return self._tree(tokens, parents)
+        return self.target.forward_many([(self, tokens, parents)])[0]
 
     def admit(self, tokens: Tensor, parents: Sequence[int]) -> Tensor:
         """Check and count one pass (also when it is shared with other generations: `forward_many`)."""
@@ -160,22 +164,20 @@ class ARSession:
 
     def commit(self, path: Sequence[int], bonus: int) -> None:
         """Keep the KV of the pending tokens and of the accepted nodes `path` (rows, root first),
-        drop every other node's, and make `bonus` the next pending token."""
+        drop every other node's, and make `bonus` the next pending token. A pass wrote its pending
+        tokens and nodes after the committed positions of the slot; the accepted nodes move up to
+        follow the pending tokens (nothing moves when they are the first nodes, a chain's prefix)."""
         base = self.cached + self.pending.numel()
         if self.target.rowwise:
-            for layer, *kvs in zip(kv_layers(self.cache), *(self._node_kv[row - 1] for row in path)):
-                layer.keys = torch.cat([layer.keys, *(k for k, _ in kvs)], dim=-2)
-                layer.values = torch.cat([layer.values, *(v for _, v in kvs)], dim=-2)
-        else:
-            contiguous = list(path) == list(range(1, len(path) + 1))
-            keep = torch.tensor([base + row - 1 for row in path], dtype=torch.long, device=self.pending.device)
-            for layer in kv_layers(self.cache):
-                if contiguous:
-                    layer.keys = layer.keys[..., : base + len(path), :]
-                    layer.values = layer.values[..., : base + len(path), :]
-                else:
-                    layer.keys = torch.cat([layer.keys[..., :base, :], layer.keys.index_select(-2, keep)], dim=-2)
-                    layer.values = torch.cat([layer.values[..., :base, :], layer.values.index_select(-2, keep)], dim=-2)
+            if path:
+                kept = zip(*(self._node_kv[row - 1] for row in path))
+                self.target.store.put(
+                    self.slot,
+                    base,
+                    [(torch.cat([k for k, _ in kv], dim=-2), torch.cat([v for _, v in kv], dim=-2)) for kv in kept],
+                )
+        elif list(path) != list(range(1, len(path) + 1)):
+            self.target.store.move(self.slot, [base + row - 1 for row in path], base)
         self.cached = base + len(path)
         self.pending = torch.tensor([bonus], dtype=torch.long, device=self.pending.device)
         self._node_kv = []
@@ -191,33 +193,25 @@ class ARSession:
         )
         return out.logits[0]
 
-    def _tree(self, tokens: Tensor, parents: Sequence[int]) -> Tensor:
-        """Pending tokens and nodes in one call; no mask when there are no nodes (plain decoding)."""
-        pending, device = self.pending, self.pending.device
-        node_depths = depths(parents)
-        positions = torch.cat(
-            [
-                torch.arange(self.cached, self.position, device=device),
-                self.position - 1 + torch.tensor(node_depths, dtype=torch.long, device=device),
-            ]
-        )
-        mask = None
-        if len(parents):
-            allowed = tree_mask(pending.numel(), parents, self.cached).to(device)
-            dtype = self.target.dtype
-            mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
-            mask = mask[None, None]
-        return self._call(torch.cat([pending, tokens]), positions, self.cache, mask, 1 + len(parents))
-
     def _rowwise(self, tokens: Tensor, parents: Sequence[int]) -> Tensor:
         """The pending tokens as plain decoding evaluates them, then each node as one query over a
-        cache of exactly its context (the cache, then its ancestors' keys/values)."""
+        cache of exactly its context (the committed keys/values, then its ancestors'), each a
+        contiguous `DynamicCache` of its own."""
         from transformers import DynamicCache
 
         device = self.pending.device
-        rows = [
-            self._call(self.pending, torch.arange(self.cached, self.position, device=device), self.cache, None, 1)[-1]
+        committed = [
+            (k.clone(memory_format=torch.contiguous_format), v.clone(memory_format=torch.contiguous_format))
+            for k, v in self.stored()
         ]
+        cache = DynamicCache(committed) if committed else DynamicCache()
+        rows = [self._call(self.pending, torch.arange(self.cached, self.position, device=device), cache, None, 1)[-1]]
+        layers = kv_layers(cache)
+        self.target.store.put(
+            self.slot,
+            self.cached,
+            [(layer.keys[..., self.cached :, :], layer.values[..., self.cached :, :]) for layer in layers],
+        )
         self.cached, self.pending = self.position, self.pending[:0]
         node_depths = depths(parents)
         node_kv: list[list[tuple[Tensor, Tensor]]] = []
@@ -229,7 +223,7 @@ class ARSession:
                         torch.cat([layer.keys, *(node_kv[a][i][0] for a in chain)], dim=-2),
                         torch.cat([layer.values, *(node_kv[a][i][1] for a in chain)], dim=-2),
                     )
-                    for i, layer in enumerate(kv_layers(self.cache))
+                    for i, layer in enumerate(layers)
                 ]
             )
             position = torch.tensor([self.cached - 1 + node_depths[j]], device=device)

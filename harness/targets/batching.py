@@ -4,7 +4,8 @@ that it sees exactly what its own generation's pass would show it.
 Diffusion targets: `harness.targets.target.forward_sessions` gathers each generation's rows
 (`TargetSession.full_tokens`, `causal_inputs`) and hands its slice of the output back; the padding is
 the pure tensor code here. Autoregressive targets: `forward_trees` (`ARTarget.forward_many`) pads the
-draft-tree passes of several `ARSession`s (`pad_tree_passes`) and gives each session its own cache.
+draft-tree passes of several `ARSession`s (`pad_tree_rows`) over the target's key/value store
+(`harness.targets.kv_store`), where every session keeps its committed keys in a slot of its own.
 
 - Full attention (LLaDA, Dream): every row is prompt + answer canvas, whose length differs by
   prompt. Rows are padded on the right; a key is valid for every query of its row iff it is not
@@ -109,67 +110,57 @@ def pad_block_causal(
     return tokens, positions, attend, past, adapted
 
 
-def pad_tree_passes(
-    inputs: list[tuple[Tensor, Tensor, Tensor]], caches: list[list[KV]], pad_id: int
-) -> tuple[Tensor, Tensor, Tensor, list[KV] | None]:
+def pad_tree_rows(
+    inputs: list[tuple[Tensor, Tensor, Tensor]], cached: list[int], pad_id: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """Autoregressive tree passes of several generations, each (tokens [Q_i]: the pending tokens then
-    the draft nodes, positions [Q_i], attend [Q_i, C_i + Q_i] over its C_i cached keys and its new
-    ones) with its KV cache (per layer [1, h, C_i, d], empty before the first pass) -> tokens [N, Q],
-    positions [N, Q], attend [N, 1, Q, C + Q] and the caches padded to C (None when all are empty).
-    New tokens are aligned on the right (padding first), so every generation's scored rows are among
-    the last ones and its new keys are the last Q_i; a padded query reads one valid key."""
-    lengths = [c[0][0].shape[2] if c else 0 for c in caches]
-    stored, new = max(lengths), max(t.numel() for t, _, _ in inputs)
+    the draft nodes, positions [Q_i], attend [Q_i, C_i + Q_i] over its C_i committed keys and its
+    new ones) -> tokens [N, Q], positions [N, Q] and attend [N, 1, Q, L] over the first L positions of
+    each generation's slot (`harness.targets.kv_store.PassCache`: a row's new keys follow its
+    committed ones there). New tokens are aligned on the right (padding first), so every generation's
+    scored rows are among the last ones; a padded query reads one valid key, its output dropped."""
+    new = max(t.numel() for t, _, _ in inputs)
+    length = max(c + t.numel() for c, (t, _, _) in zip(cached, inputs))
     count, device = len(inputs), inputs[0][0].device
     tokens = torch.full((count, new), pad_id, dtype=torch.long, device=device)
     positions = torch.zeros((count, new), dtype=torch.long, device=device)
-    attend = torch.zeros((count, 1, new, stored + new), dtype=torch.bool, device=device)
-    for i, ((row_tokens, row_positions, row_attend), cached) in enumerate(zip(inputs, lengths)):
-        q = row_tokens.numel()
-        tokens[i, new - q :] = row_tokens
-        positions[i, new - q :] = row_positions
-        attend[i, 0, new - q :, :cached] = row_attend[:, :cached]
-        attend[i, 0, new - q :, stored + new - q :] = row_attend[:, cached:]
-        attend[i, 0, : new - q, stored + new - q] = True  # padded queries read the first new key; dropped
-    past = None
-    if stored:
-        reference = next(c for c in caches if c)
-        past = []
-        for layer, (k0, v0) in enumerate(reference):
-            k = k0.new_zeros((count, k0.shape[1], stored, k0.shape[3]))
-            v = v0.new_zeros((count, v0.shape[1], stored, v0.shape[3]))
-            for i, (cache, cached) in enumerate(zip(caches, lengths)):
-                if cached:
-                    k[i, :, :cached], v[i, :, :cached] = cache[layer][0][0], cache[layer][1][0]
-            past.append((k, v))
-    return tokens, positions, attend, past
+    attend = torch.zeros((count, 1, new, length), dtype=torch.bool, device=device)
+    for i, ((row_tokens, row_positions, row_attend), stored) in enumerate(zip(inputs, cached)):
+        pad = new - row_tokens.numel()
+        tokens[i, pad:] = row_tokens
+        positions[i, pad:] = row_positions
+        attend[i, 0, pad:, : stored + row_tokens.numel()] = row_attend
+        attend[i, 0, :pad, 0] = True
+    return tokens, positions, attend
 
 
 def forward_trees(target: Any, passes: Sequence[tuple[Any, Tensor, Sequence[int]]]) -> list[Tensor]:
     """One pass of an `ARTarget` over the draft trees of several generations (`ARSession`, node tokens,
     parents), each counted as its own session's pass. In exactness mode (`rowwise`) each generation's
     pass is its own, rows one by one; otherwise the passes that prefill a prompt and the others go
-    through the model in two padded calls, and every session keeps its own cache: its old keys and
-    values, then those of its new tokens."""
-    from transformers import DynamicCache
+    through the model in two padded calls (one when there is one pass) over the target's key/value
+    store, the rows in slot order, so that consecutive slots are read as a view."""
+    from harness.targets.kv_store import PassCache
 
     tokens = [session.admit(t, parents) for session, t, parents in passes]
     out: list[Tensor | None] = [None] * len(passes)
     with torch.inference_mode():
-        if target.rowwise or len(passes) == 1:
-            return [s._rowwise(t, p) if target.rowwise else s._tree(t, p) for (s, _, p), t in zip(passes, tokens)]
+        if target.rowwise:
+            return [s._rowwise(t, p) for (s, _, p), t in zip(passes, tokens)]
         for prefill in (True, False):
             members = [i for i, (s, _, _) in enumerate(passes) if (s.pending.numel() > 1) == prefill]
             if not members:
                 continue
+            members.sort(key=lambda i: passes[i][0].slot)
             sessions = [passes[i][0] for i in members]
             inputs = [s.tree_inputs(tokens[i], passes[i][2]) for s, i in zip(sessions, members)]
-            caches = [[(layer.keys, layer.values) for layer in s.cache.layers] if s.cached else [] for s in sessions]
-            ids, positions, allowed, past = pad_tree_passes(inputs, caches, target.eos_id)
+            cached = [s.cached for s in sessions]
+            ids, positions, allowed = pad_tree_rows(inputs, cached, target.eos_id)
             mask = torch.zeros(allowed.shape, dtype=target.dtype, device=ids.device)
             mask = mask.masked_fill(~allowed, torch.finfo(target.dtype).min)
+            widths = [t.numel() for t, _, _ in inputs]
+            cache = PassCache(target.store, [s.slot for s in sessions], cached, widths, ids.shape[1])
             scored = [1 + len(passes[i][2]) for i in members]
-            cache = DynamicCache(past) if past else DynamicCache()
             logits = target.model(
                 input_ids=ids,
                 position_ids=positions,
@@ -178,15 +169,6 @@ def forward_trees(target: Any, passes: Sequence[tuple[Any, Tensor, Sequence[int]
                 use_cache=True,
                 logits_to_keep=max(scored),
             ).logits
-            for row, (session, i, rows, (new, _, _), old) in enumerate(zip(sessions, members, scored, inputs, caches)):
+            for row, (i, rows) in enumerate(zip(members, scored)):
                 out[i] = logits[row, logits.shape[1] - rows :]
-                kept = []
-                for n, layer in enumerate(kv_layers(cache)):
-                    k, v = layer.keys[row : row + 1, :, -new.numel() :], layer.values[row : row + 1, :, -new.numel() :]
-                    kept.append(
-                        (torch.cat([old[n][0], k], dim=-2), torch.cat([old[n][1], v], dim=-2))
-                        if old
-                        else (k.clone(), v.clone())
-                    )
-                session.cache = DynamicCache(kept)
     return out  # type: ignore[return-value]

@@ -6,11 +6,11 @@ computed once, shared, never re-encoded): the pending token (the last committed 
 n noise tokens (gate on) at the next n positions; the noise rows see the cache, the pending token
 and one another (the training layout of `proposers.psi.training`). The pending row computes the base
 model exactly, so its token is the exact next token (the "free" token); noise row i (position
-p + i) gives the draft marginal of the token at position p + i + 1. The rows' keys/values are then
-cut from the cache, which is left as found. Tokens are chosen as the target chooses them: the
-argmax of logit/T plus the Gumbel noise of their absolute position (`request.noise`), so at every
-temperature a draft is the token the target would commit if the drafter's marginal were right
-(coupled mode).
+p + i) gives the draft marginal of the token at position p + i + 1. The rows' keys/values land after
+the committed ones in the session's slot of the store, which the verify pass then overwrites. Tokens
+are chosen as the target chooses them: the argmax of logit/T plus the Gumbel noise of their absolute
+position (`request.noise`), so at every temperature a draft is the token the target would commit if
+the drafter's marginal were right (coupled mode).
 
 - `PsiLinear` (width B): the chain [free token, B - 1 drafts]; one verify forward of B + 1 rows.
 - `PsiTree` (B, K, V): the free token, then the top-K candidates at each of the next B - 1 depths
@@ -37,7 +37,8 @@ from harness.decoding.ar_rejection import DraftChain
 from harness.decoding.autoregressive import ARDraftRequest, DraftForwards
 from harness.decoding.rules import candidate_scores
 from harness.decoding.tree import DraftNode
-from harness.targets.ar import ARSession, kv_layers
+from harness.targets.ar import ARSession
+from harness.targets.kv_store import PassCache
 from proposers.psi.lora import GatedLoRAModel
 
 
@@ -48,8 +49,8 @@ def noise_tokens(start: int, count: int, vocab_size: int) -> Tensor:
 
 def draft_block(drafter: GatedLoRAModel, session: ARSession, count: int) -> Tensor:
     """[1 + count, V] logits: the pending row (next token, base model) and `count` noise rows (the
-    draft marginals of the `count` tokens after it), from one forward over the session's cache,
-    whose length is restored afterwards."""
+    draft marginals of the `count` tokens after it), from one forward over the session's keys and
+    values: its rows are written after the committed ones, where the next pass overwrites them."""
     pending, device = session.pending, session.pending.device
     n_pending, vocab = pending.numel(), drafter.model.get_output_embeddings().weight.shape[0]
     ids = torch.cat([pending, noise_tokens(session.position, count, vocab).to(device)])
@@ -62,20 +63,17 @@ def draft_block(drafter: GatedLoRAModel, session: ARSession, count: int) -> Tens
     mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
     gate = torch.zeros(1, n_pending + count, dtype=torch.bool, device=device)
     gate[0, n_pending:] = True
-    try:
-        with torch.inference_mode():
-            out = drafter(
-                gate=gate,
-                input_ids=ids[None],
-                position_ids=positions[None],
-                attention_mask=mask[None, None],
-                cache=session.cache,
-                use_cache=True,
-                logits_to_keep=1 + count,
-            )
-    finally:
-        for layer in kv_layers(session.cache):  # as ARSession.commit trims it
-            layer.keys, layer.values = layer.keys[..., : session.cached, :], layer.values[..., : session.cached, :]
+    cache = PassCache(session.target.store, [session.slot], [session.cached], [ids.numel()], ids.numel())
+    with torch.inference_mode():
+        out = drafter(
+            gate=gate,
+            input_ids=ids[None],
+            position_ids=positions[None],
+            attention_mask=mask[None, None],
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1 + count,
+        )
     return out.logits[0]
 
 

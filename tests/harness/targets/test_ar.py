@@ -120,7 +120,7 @@ def test_tree_rows_are_their_prefixes_and_only_the_accepted_path_stays(exact):
     for row, ids in enumerate(prefixes):
         torch.testing.assert_close(logits[row], plain_logits(target, prompt, ids), atol=tolerance, rtol=0)
     session.commit([3, 4], bonus)
-    assert session.position == len(prompt) + 3 and session.cache.get_seq_length() == len(prompt) + 2
+    assert session.position == len(prompt) + 3 and session.cached == len(prompt) + 2
     following = session.forward(torch.tensor([a]), [0])
     torch.testing.assert_close(following[0], plain_logits(target, prompt, [c, d, bonus]), atol=tolerance, rtol=0)
     torch.testing.assert_close(following[1], plain_logits(target, prompt, [c, d, bonus, a]), atol=tolerance, rtol=0)

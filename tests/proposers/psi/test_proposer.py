@@ -69,10 +69,10 @@ def test_the_draft_forward_leaves_the_cache_and_gives_the_exact_next_token():
     session = target.start(PROMPT)
     session.forward(torch.tensor([], dtype=torch.long), [])
     session.commit([], 7)
-    keys = [layer.keys.clone() for layer in session.cache.layers]
+    keys = [k.clone() for k, _ in session.stored()]
     logits = psi_spec.draft_block(random_drafter(target.model), session, 4)
-    assert [layer.keys.shape for layer in session.cache.layers] == [k.shape for k in keys]
-    assert all(torch.equal(layer.keys, k) for layer, k in zip(session.cache.layers, keys))
+    assert [k.shape for k, _ in session.stored()] == [k.shape for k in keys]
+    assert all(torch.equal(k, kept) for (k, _), kept in zip(session.stored(), keys))
     root = session.forward(torch.tensor([], dtype=torch.long), [])[0]
     assert logits.shape[0] == 5 and int(logits[0].argmax()) == int(root.argmax())
 
