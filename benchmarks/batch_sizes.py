@@ -13,6 +13,7 @@ target's block, an autoregressive target's next token).
 
     python benchmarks/batch_sizes.py [--targets sdar-a] [--proposers confidence,spot] [--budget 4]
         [--batch-sizes 1,4,8,16] [--prompts 16] [--temperatures 0] [--reps 2] [--threads 1]
+        [--pass-costs-only]
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ def main() -> None:
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--pass-costs-only", action="store_true", help="only the pass cost by rows")
     parser.add_argument(
         "--threads",
         type=int,
@@ -124,7 +126,8 @@ def main() -> None:
     for model in args.targets.split(","):
         target = load_target(model)
         tolerance = near_tie_tolerance(target.dtype)
-        for temperature in (float(t) for t in args.temperatures.split(",")):
+        members = groups(target, model, args.prompts, 0.0, args.gen_length, args.block_length)
+        for temperature in [] if args.pass_costs_only else (float(t) for t in args.temperatures.split(",")):
             members = groups(target, model, args.prompts, temperature, args.gen_length, args.block_length)
             loops = [decoder(target, g) for g in members]
             walls: dict[tuple, list[float]] = defaultdict(list)
@@ -160,9 +163,9 @@ def main() -> None:
             widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
             print("\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in lines))
         curve = cost_curve if hasattr(target, "family") else ar_cost_curve
-        print(f"\n{model} pass cost (ms): rows | n rows of one prompt | one row each of n prompts")
+        print(f"\n{model} pass cost (ms): rows | n rows of one prompt | one row each of n prompts | ratio")
         for rows, one, many in curve(target, list(members[0].prompt_ids), max(3, args.reps * 2)):
-            print(f"{rows:>4} | {one:8.2f} | {many:8.2f}")
+            print(f"{rows:>4} | {one:8.2f} | {many:8.2f} | {many / one:.2f}x")
 
 
 if __name__ == "__main__":

@@ -14,8 +14,8 @@ diverge and how close the plain arm's decision was at that step:
 The tolerances sit well above the batch-shape effects of each dtype and far below the gaps of typical
 decisions, so a flip at a real decision is never excused. float32, measured by
 `benchmarks/padding_margin.py` (the largest |logit difference| padding makes before trajectories
-part): up to 1e-6 on the tiny-random targets, 2.2e-5 on the zoo's llada-a, 8.9e-5 on sdar-smollm2
-(SmolLM2-135M's real weights; 0 on the zoo's block-causal toys); the tolerance 1e-3 is 11x above the
+part): up to 1e-6 on the tiny-random targets, 2.2e-5 on the zoo's llada-a, 1.1e-4 on sdar-smollm2
+(SmolLM2-135M's real weights; 0 on the zoo's block-causal toys); the tolerance 2e-3 is 18x above the
 largest. A divergence past the end
 of the plain trajectory, or in the tokens but not in the trajectory, has no record and is a logic error.
 """
@@ -32,7 +32,7 @@ from harness.decoding import DecodeConfig, Generation, decode_batch, plain_gener
 
 NEAR_TIE: dict[torch.dtype, float] = {
     torch.float64: 1e-9,
-    torch.float32: 1e-3,
+    torch.float32: 2e-3,
     torch.float16: 2e-2,
     torch.bfloat16: 1e-1,
 }

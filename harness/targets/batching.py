@@ -10,10 +10,11 @@ draft-tree passes of several `ARSession`s (`pad_tree_rows`) over the target's ke
 - Full attention (LLaDA, Dream): every row is prompt + answer canvas, whose length differs by
   prompt. Rows are padded on the right; a key is valid for every query of its row iff it is not
   padding, and positions are 0.. for every row, as in the row's own pass.
-- Block-causal (SDAR, LLaDA2, converted): every generation has a stored prefix of C_i keys/values
-  and one row of T_i new tokens (the pending tokens, then its states one after another). The stored
-  prefixes are padded to the longest, the new tokens likewise; row i attends to its own C_i stored
-  keys and, among the new keys, to what its own attention pattern allows; positions are per row. A
+- Block-causal (SDAR, LLaDA2, converted): every generation has C_i stored keys/values in its slot
+  of the target's store (`harness.targets.kv_store`) and one row of T_i new tokens (the pending
+  tokens, then its states one after another), padded on the right to the longest; the pass writes
+  row i's new keys after its stored ones and row i attends, in its own slot, to its C_i stored keys
+  and, among its new keys, to what its own attention pattern allows; positions are per row. A
   padded query reads one valid key (no row of the softmax is all masked) and its output is discarded.
 
 Padding changes the shapes the kernels run on, so in float32 a row's logits may differ in the last
@@ -28,8 +29,6 @@ from typing import Any, Protocol
 
 import torch
 from torch import Tensor
-
-KV = tuple[Tensor, Tensor]
 
 
 class KVLayer(Protocol):
@@ -63,51 +62,32 @@ def pad_full(rows: list[Tensor], pad_id: int) -> tuple[Tensor, Tensor]:
 
 
 def pad_block_causal(
-    inputs: list[tuple[Tensor, Tensor, Tensor, Tensor | None]], caches: list[list[KV] | None], pad_id: int
-) -> tuple[Tensor, Tensor, Tensor, list[KV] | None, Tensor | None]:
+    inputs: list[tuple[Tensor, Tensor, Tensor, Tensor | None]], cached: list[int], pad_id: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """Block-causal passes of several generations, each one row (`TargetSession.causal_inputs`:
-    tokens [1, T_i], positions [T_i], attend [T_i, C_i + T_i], adapted [1, T_i] or None) with its
-    stored prefix (per layer [1, h, C_i, d], or None) -> tokens [N, T], positions [N, T], attend
-    [N, 1, T, C + T], past (per layer [N, h, C, d], or None when no generation has a prefix) and
-    adapted [N, T] (None when no generation has one); the code takes n_i rows per generation alike."""
-    lengths = [c[0][0].shape[2] if c else 0 for c in caches]
-    stored, new = max(lengths), max(t.shape[1] for t, _, _, _ in inputs)
-    total = sum(t.shape[0] for t, _, _, _ in inputs)
-    device = inputs[0][0].device
-    tokens = torch.full((total, new), pad_id, dtype=torch.long, device=device)
-    positions = torch.zeros((total, new), dtype=torch.long, device=device)
-    attend = torch.zeros((total, 1, new, stored + new), dtype=torch.bool, device=device)
+    tokens [1, T_i], positions [T_i], attend [T_i, C_i + T_i] over its C_i stored keys then its new
+    ones, adapted [1, T_i] or None) -> tokens [N, T], positions [N, T], attend [N, 1, T, L] over the
+    first L positions of each generation's slot of the store (its new keys follow its stored ones
+    there: `harness.targets.kv_store.PassCache`) and adapted [N, T] (None when no generation has
+    one). Rows are padded on the right; a padded query reads its row's first new key."""
+    new = max(t.shape[1] for t, _, _, _ in inputs)
+    length = max(c + t.shape[1] for c, (t, _, _, _) in zip(cached, inputs))
+    count, device = len(inputs), inputs[0][0].device
+    tokens = torch.full((count, new), pad_id, dtype=torch.long, device=device)
+    positions = torch.zeros((count, new), dtype=torch.long, device=device)
+    attend = torch.zeros((count, 1, new, length), dtype=torch.bool, device=device)
     with_adapter = any(a is not None for _, _, _, a in inputs)
-    adapted = torch.zeros((total, new), dtype=torch.bool, device=device) if with_adapter else None
-    start = 0
-    for (rows_tokens, rows_positions, rows_attend, rows_adapted), cached in zip(inputs, lengths):
-        n, t = rows_tokens.shape
-        rows = slice(start, start + n)
-        tokens[rows, :t] = rows_tokens
-        positions[rows, :t] = rows_positions
-        positions[rows, t:] = rows_positions[-1] + 1 + torch.arange(new - t, device=device)
-        attend[rows, 0, :t, :cached] = rows_attend[:, :cached]
-        attend[rows, 0, :t, stored : stored + t] = rows_attend[:, cached:]
-        attend[rows, 0, t:, stored] = True  # a padded query reads the row's first new key; its output is dropped
-        if rows_adapted is not None and adapted is not None:  # adapted exists when any generation has rows
-            adapted[rows, :t] = rows_adapted
-        start += n
-    past = None
-    if stored:
-        reference = next(c for c in caches if c)
-        past = []
-        for layer, (k0, v0) in enumerate(reference):
-            k = k0.new_zeros((total, k0.shape[1], stored, k0.shape[3]))
-            v = v0.new_zeros((total, v0.shape[1], stored, v0.shape[3]))
-            start = 0
-            for (rows_tokens, _, _, _), cache, cached in zip(inputs, caches, lengths):
-                n = rows_tokens.shape[0]
-                if cached and cache is not None:  # a stored prefix
-                    k[start : start + n, :, :cached] = cache[layer][0]
-                    v[start : start + n, :, :cached] = cache[layer][1]
-                start += n
-            past.append((k, v))
-    return tokens, positions, attend, past, adapted
+    adapted = torch.zeros((count, new), dtype=torch.bool, device=device) if with_adapter else None
+    for i, ((row_tokens, row_positions, row_attend, row_adapted), stored) in enumerate(zip(inputs, cached)):
+        t = row_tokens.shape[1]
+        tokens[i, :t] = row_tokens[0]
+        positions[i, :t] = row_positions
+        positions[i, t:] = row_positions[-1] + 1 + torch.arange(new - t, device=device)
+        attend[i, 0, :t, : stored + t] = row_attend
+        attend[i, 0, t:, stored] = True  # a padded query reads the row's first new key; its output is dropped
+        if row_adapted is not None and adapted is not None:  # adapted exists when any generation has rows
+            adapted[i, :t] = row_adapted[0]
+    return tokens, positions, attend, adapted
 
 
 def pad_tree_rows(
@@ -159,7 +139,9 @@ def forward_trees(target: Any, passes: Sequence[tuple[Any, Tensor, Sequence[int]
             mask = torch.zeros(allowed.shape, dtype=target.dtype, device=ids.device)
             mask = mask.masked_fill(~allowed, torch.finfo(target.dtype).min)
             widths = [t.numel() for t, _, _ in inputs]
-            cache = PassCache(target.store, [s.slot for s in sessions], cached, widths, ids.shape[1])
+            cache = PassCache(
+                target.store, [s.slot for s in sessions], cached, widths, ids.shape[1], right_aligned=True
+            )
             scored = [1 + len(passes[i][2]) for i in members]
             logits = target.model(
                 input_ids=ids,

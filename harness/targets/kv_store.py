@@ -1,11 +1,12 @@
-"""The keys and values of every generation of an autoregressive target, in one preallocated store.
+"""The keys and values of every generation of a target, in one preallocated store.
 
-A generation (`ARSession`) owns a slot: positions [0, cached) of the slot hold its committed
-context. A pass writes its new tokens' keys and values straight into each slot after the committed
-ones and attends over the slots as they are, so a batched pass copies no generation's cache into
-the batch (the rows of the pass are a view of the store when their slots are consecutive, else one
-gather of those rows) and no cache is rebuilt after it: committing the accepted path moves at most
-its own few columns, and a rejected node's keys are simply overwritten by the next pass.
+A generation (`ARSession`, or a block-causal `TargetSession`) owns a slot: positions [0, cached) of
+the slot hold its committed context. A pass writes its new tokens' keys and values straight into
+each slot after the committed ones and attends over the slots as they are, so a batched pass copies
+no generation's cache into the batch (the rows of the pass are a view of the store when their slots
+are consecutive, else one gather of those rows) and no cache is rebuilt after it: an autoregressive
+commit moves at most the accepted path's own few columns, a block-causal one only counts the pending
+tokens it stored, and keys nobody committed are simply overwritten by the next pass.
 
 Layout: keys and values [layers, slots, kv_heads, capacity, head_dim], allocated on the first write
 (heads, dim, dtype and device come from the model's own keys) and grown, with one copy, when a pass
@@ -119,21 +120,35 @@ class KVStore:
 
 
 class PassCache:
-    """The cache a `transformers` model sees during one pass over rows of a `KVStore`: each layer's
-    `update` writes the rows' new keys/values into their slots and returns what the rows attend over.
+    """What a model sees as its cache during one pass over rows of a `KVStore`: each layer's
+    `update` writes the rows' new keys/values into their slots and returns what the rows attend over
+    (the `transformers` cache interface; `cache[layer]` binds a layer for `DLMTransformer`).
 
-    Row i holds `widths[i]` new tokens aligned on the right of the pass's `q` (padding first); they
-    go to positions starts[i].. of its slot, and its padding after them, where nothing reads it. The
-    rows attend over the first `length` positions of their slots, under the caller's mask."""
+    Row i holds `widths[i]` new tokens, aligned on the left of the pass's `q` (`right_aligned`: on
+    the right, padding first); they go to positions starts[i].. of its slot, and its padding after
+    them, where nothing reads it. The rows attend over the first `length` positions of their slots,
+    under the caller's mask; `contiguous` hands them a contiguous copy instead of the store's view
+    (exactness mode: the very tensors a concatenated cache would give)."""
 
-    def __init__(self, store: KVStore, slots: Sequence[int], starts: Sequence[int], widths: Sequence[int], q: int):
+    def __init__(
+        self,
+        store: KVStore,
+        slots: Sequence[int],
+        starts: Sequence[int],
+        widths: Sequence[int],
+        q: int,
+        right_aligned: bool = False,
+        contiguous: bool = False,
+    ):
         self.store = store
         self.slots = list(slots)
         self.slot_index = torch.tensor(self.slots, dtype=torch.long)
-        start = torch.tensor(list(starts), dtype=torch.long)[:, None]
-        pad = q - torch.tensor(list(widths), dtype=torch.long)[:, None]
-        self.columns = start + (torch.arange(q)[None, :] - pad) % q
+        offsets = torch.arange(q)[None, :]
+        if right_aligned:
+            offsets = (offsets - (q - torch.tensor(list(widths), dtype=torch.long)[:, None])) % q
+        self.columns = torch.tensor(list(starts), dtype=torch.long)[:, None] + offsets
         self.length = max(s + w for s, w in zip(starts, widths))
+        self.contiguous = contiguous
         store.reserve(max(self.slots) + 1, max(starts) + q)
 
     def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> KV:
@@ -141,4 +156,22 @@ class PassCache:
         if self.columns.device != device:
             self.slot_index, self.columns = self.slot_index.to(device), self.columns.to(device)
         self.store.write(layer_idx, self.slot_index, self.columns, key_states, value_states)
-        return self.store.read(layer_idx, self.slots, self.length)
+        keys, values = self.store.read(layer_idx, self.slots, self.length)
+        if self.contiguous:
+            return keys.clone(memory_format=torch.contiguous_format), values.clone(
+                memory_format=torch.contiguous_format
+            )
+        return keys, values
+
+    def __getitem__(self, layer: int) -> LayerCache:
+        return LayerCache(self, layer)
+
+
+class LayerCache:
+    """One layer of a `PassCache`: `update(keys, values)` -> what the layer's rows attend over."""
+
+    def __init__(self, cache: PassCache, layer: int):
+        self.cache, self.layer = cache, layer
+
+    def update(self, keys: Tensor, values: Tensor) -> KV:
+        return self.cache.update(keys, values, self.layer)

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from harness.targets.adapter import Gate
+from harness.targets.kv_store import LayerCache, PassCache
 
 KV = tuple[Tensor, Tensor]
 
@@ -178,7 +179,9 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: Tensor | None, past: KV | None) -> tuple[Tensor, KV]:
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, attend: Tensor | None, past: KV | LayerCache | None
+    ) -> tuple[Tensor, KV]:
         cfg = self.cfg
         rows, length, _ = x.shape
         q = self.q_proj(x).view(rows, length, cfg.num_heads, cfg.head_dim).transpose(1, 2)
@@ -189,7 +192,9 @@ class Attention(nn.Module):
         full = cfg.rope_full_precision
         q, k = apply_rotary(q, cos, sin, full), apply_rotary(k, cos, sin, full)
         new_kv = (k, v)
-        if past is not None:
+        if isinstance(past, LayerCache):  # decoding: the keys go to the store, the rows read it in place
+            k, v = past.update(k, v)
+        elif past is not None:  # training: a prefix computed with gradients
             past_k, past_v = (t.expand(rows, -1, -1, -1) for t in past)
             k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
         grouped = cfg.num_heads != cfg.num_kv_heads  # query heads share key/value heads without copies
@@ -207,7 +212,9 @@ class DecoderLayer(nn.Module):
         moe = cfg.moe if cfg.moe is not None and layer_index >= cfg.moe.first_k_dense_replace else None
         self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size) if moe is None else SigmoidMoE(cfg.hidden_size, moe)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: Tensor | None, past: KV | None) -> tuple[Tensor, KV]:
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, attend: Tensor | None, past: KV | LayerCache | None
+    ) -> tuple[Tensor, KV]:
         attn_out, kv = self.attn(self.input_norm(x), cos, sin, attend, past)
         h = x + attn_out
         return h + self.mlp(self.post_attn_norm(h)), kv
@@ -233,14 +240,15 @@ class DLMTransformer(nn.Module):
         input_ids: Tensor,
         positions: Tensor,
         attend: Tensor | None,
-        past: list[KV] | None = None,
+        past: list[KV] | PassCache | None = None,
         adapted: Tensor | None = None,
     ) -> tuple[Tensor, list[KV]]:
         """Evaluate `input_ids` [N, L] at absolute `positions` [L] (or [N, L] per row).
 
         `attend` [L, P + L] (True = may attend) covers the P cached prefix keys in `past` (one row,
-        shared by all N rows, or N rows) followed by the L new keys, or [N, 1, L, P + L] per row; None
-        means full attention. Returns logits [N, L, V] and, per layer, the keys/values of the L new
+        shared by all N rows, or N rows; or a `PassCache` over a key/value store, which stores the new
+        keys and hands back the rows' slots) followed by the L new keys, or [N, 1, L, P + L] per row;
+        None means full attention. Returns logits [N, L, V] and, per layer, the keys/values of the L new
         tokens, so a caller can extend its prefix cache. `adapted` [N, L] (bool) turns an attached
         adapter on at those rows; without one it must be None.
         """
@@ -252,7 +260,7 @@ class DLMTransformer(nn.Module):
         input_ids: Tensor,
         positions: Tensor,
         attend: Tensor | None,
-        past: list[KV] | None = None,
+        past: list[KV] | PassCache | None = None,
         adapted: Tensor | None = None,
     ) -> tuple[Tensor, list[KV]]:
         """`forward` without the output head: the final-normed hidden states [N, L, H], for callers that

@@ -17,7 +17,10 @@ does, and need gen_length to be a multiple of B.
 Block-causal families store a finished block's keys/values by fusing that store with the next block's
 first pass (the pending tokens are prepended to the rows). This is exact because a finished block
 cannot see later blocks, and it costs no extra pass. The prompt's whole blocks are pending at the
-start, so the first pass of a generation is also its prefill.
+start, so the first pass of a generation is also its prefill. The keys and values live in the
+session's slot of the target's store (`harness.targets.kv_store`): a pass writes its new tokens'
+keys after the stored ones and attends over the slot in place; the pending tokens come first in the
+pass, so storing them is only counting them, and the states' keys after them are scratch.
 
 Full-attention families recompute prompt + answer on every pass, with future blocks all masked, as
 LLaDA's and Dream's reference decoders do. Such a pass also yields logits for the next block, returned
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import os
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -38,6 +42,7 @@ from torch import Tensor
 from harness.errors import UserError
 from harness.targets.batching import pad_block_causal, pad_full
 from harness.targets.families import FamilySpec
+from harness.targets.kv_store import KVStore, PassCache
 from harness.targets.model import KV, DLMTransformer
 
 
@@ -71,6 +76,8 @@ class DLMTarget:
         self.rowwise = rowwise
         """Evaluate the rows of a pass one at a time: every row then sees the same kernels as a
         single-row plain pass, so its logits do not depend on the batch it was evaluated in."""
+        self.store = KVStore(model.cfg.num_layers)
+        """Block-causal families: every session's stored keys and values (`harness.targets.kv_store`)."""
 
     @property
     def vocab_size(self) -> int:
@@ -124,11 +131,13 @@ class TargetSession:
         self.finished: list[Tensor] = []
         self.nfe = 0
         self.rows = 0
-        self._cache: list[KV] | None = None
         self._cache_len = 0
+        """Block-causal: positions of the session's slot of the target's store that hold keys."""
         self._before_block: Tensor | None = None
         """Shifted block-causal targets: [1, 1, V] logits of the position before the current block."""
         if target.family.attention == "block_causal":
+            self.slot = target.store.take()
+            weakref.finalize(self, target.store.release, self.slot)
             self.prompt_in_block = prompt.numel() % block_length
             self._origin = prompt.numel() - self.prompt_in_block
             self.num_blocks = -(-(prompt.numel() + gen_length) // block_length) - self._origin // block_length
@@ -226,9 +235,13 @@ class TargetSession:
         return self._pending.numel()
 
     @property
-    def cached(self) -> list[KV] | None:
-        """Block-causal: per layer, the keys/values [1, heads, C, d] of the C stored positions (None: none yet)."""
-        return self._cache
+    def cached(self) -> int:
+        """Block-causal: how many positions the session has stored."""
+        return self._cache_len
+
+    def stored(self) -> list[KV]:
+        """Block-causal: per layer, the keys/values [1, heads, C, d] of the C stored positions (views)."""
+        return self.target.store.stored(self.slot, self._cache_len)
 
     def causal_inputs(self, states: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """Block-causal: a pass's new tokens as ONE row after the stored prefix, so the prefix's keys and
@@ -270,24 +283,15 @@ class TargetSession:
         pending = self._pending.numel()
         return pending - 1 if pending and self.target.family.shifted_logits else pending
 
-    def causal_logits(self, logits: Tensor, new_kv: list[KV]) -> BlockLogits:
+    def causal_logits(self, logits: Tensor) -> BlockLogits:
         """Block-causal: the states' logits [N, B, V] out of the output head's rows [R, V] from
-        `head_from` on; the pending tokens' keys and values (from `new_kv`, per layer [1, heads, T, d])
-        join the stored prefix."""
+        `head_from` on. The pass wrote the pending tokens' keys and values right after the stored
+        ones in the session's slot: they are stored now, and the states' after them are scratch."""
         size, pending = self.block_length, self._pending.numel()
         shifted = self.target.family.shifted_logits
         current = self._shift(logits, pending) if shifted else logits.unflatten(0, (-1, size))
-        if pending:
-            stored = [(k[:, :, :pending].clone(), v[:, :, :pending].clone()) for k, v in new_kv]
-            if self._cache is None:
-                self._cache = stored
-            else:
-                self._cache = [
-                    (torch.cat([ck, k], dim=2), torch.cat([cv, v], dim=2))
-                    for (ck, cv), (k, v) in zip(self._cache, stored)
-                ]
-            self._cache_len += pending
-            self._pending = self._pending[:0]
+        self._cache_len += pending
+        self._pending = self._pending[:0]
         return BlockLogits(current, None)
 
     def _shift(self, logits: Tensor, pending: int) -> Tensor:
@@ -334,6 +338,7 @@ def forward_sessions(passes: Sequence[tuple[TargetSession, Tensor]]) -> list[Blo
             groups.setdefault(session.pending, []).append(index)
         out: list[BlockLogits | None] = [None] * len(passes)
         for members in groups.values():
+            members.sort(key=lambda i: sessions[i].slot)  # consecutive slots are read as a view
             for index, logits in zip(
                 members, _causal_together(target, [sessions[i] for i in members], [inputs[i] for i in members])
             ):
@@ -355,21 +360,22 @@ def _full_together(target: DLMTarget, sessions: list[TargetSession], states: lis
 def _causal_together(
     target: DLMTarget, sessions: list[TargetSession], inputs: list[tuple[Tensor, Tensor, Tensor, Tensor | None]]
 ) -> list[BlockLogits]:
-    """One model call over block-causal generations, one row each (padded when several), then one
-    output-head call over the rows they read (`TargetSession.head_from`)."""
+    """One model call over block-causal generations, one row each (padded when several), over their
+    slots of the target's store, then one output-head call over the rows they read
+    (`TargetSession.head_from`)."""
+    cached = [s.cached for s in sessions]
+    lengths = [tokens.shape[1] for tokens, _, _, _ in inputs]
     if len(sessions) == 1:
         tokens, positions, attend, adapted = inputs[0]
-        hidden, new_kv = target.model.hidden(tokens, positions, attend, sessions[0].cached, adapted)
     else:
-        padded = pad_block_causal(inputs, [s.cached for s in sessions], target.mask_id)
-        hidden, new_kv = target.model.hidden(*padded)
-    lengths = [tokens.shape[1] for tokens, _, _, _ in inputs]
+        tokens, positions, attend, adapted = pad_block_causal(inputs, cached, target.mask_id)
+    cache = PassCache(
+        target.store, [s.slot for s in sessions], cached, lengths, tokens.shape[1], contiguous=target.rowwise
+    )
+    hidden, _ = target.model.hidden(tokens, positions, attend, cache, adapted)
     read = [hidden[i, s.head_from() : t] for i, (s, t) in enumerate(zip(sessions, lengths))]
     logits = target.model.lm_head(torch.cat(read)).split([r.shape[0] for r in read])
-    return [
-        session.causal_logits(rows, [(k[i : i + 1, :, :t], v[i : i + 1, :, :t]) for k, v in new_kv])
-        for i, (session, rows, t) in enumerate(zip(sessions, logits, lengths))
-    ]
+    return [session.causal_logits(rows) for session, rows in zip(sessions, logits)]
 
 
 def check_geometry(family: FamilySpec, gen_length: int, block_length: int) -> None:

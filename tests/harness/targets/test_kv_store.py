@@ -96,3 +96,41 @@ def test_slots_are_taken_lowest_first_and_given_back():
     store.release(1)
     store.release(0)
     assert [store.take(), store.take(), store.take()] == [0, 1, 3]
+
+
+def test_block_causal_sessions_in_scattered_reused_slots_through_growth():
+    """Diffusion targets share the store the same way: batched generations in every other slot, one
+    of them started late in a freed slot with a prompt that grows the store, block after block
+    against each generation alone (float64 weights, rows batched)."""
+    target = load_target("tiny-random:sdar")
+    target.model.double()
+    short, long = list(b"Q: 2+2=?\nA:"), list(b"a long prompt " * 25)[: CAPACITY_STEP + 40]
+    batched, alone = [], []
+    for prompt in (short, short, list(b"hi")):
+        batched.append(target.start(prompt, 24, 8))
+        alone.append(target.start(prompt, 24, 8))
+    assert [s.slot for s in batched] == [0, 2, 4]
+    largest = 0.0
+    for block in range(3):
+        if block == 1:  # a generation leaves, another takes its slot with a longer prompt
+            del batched[1], alone[1]
+            gc.collect()
+            batched.insert(1, target.start(long, 16, 8))
+            alone.insert(1, target.start(long, 16, 8))
+            assert batched[1].slot == 2
+        states = []
+        for i, session in enumerate(batched):
+            first = session.first_state() if session.block_index == 0 else torch.full((8,), target.mask_id)
+            state = first[None].repeat(i + 1, 1)
+            state[1:, -1] = 5
+            states.append(state)
+        together = target.forward_many(list(zip(batched, states)))
+        for session, state, out in zip(alone, states, together):
+            largest = max(largest, float((session.forward(state).current - out.current).abs().max()))
+        for a, b, state in zip(batched, alone, states):
+            final = state[0].clone()
+            final[final == target.mask_id] = 7
+            a.finish_block(final)
+            b.finish_block(final)
+    assert target.store.keys.shape[3] > CAPACITY_STEP
+    assert largest < 1e-10
