@@ -80,6 +80,16 @@ class KVStore:
         self.keys[layer][slots[:, None], :, columns] = keys.transpose(1, 2)
         self.values[layer][slots[:, None], :, columns] = values.transpose(1, 2)
 
+    @torch.inference_mode()
+    def write_block(self, layer: int, first: int, start: int, keys: Tensor, values: Tensor) -> None:
+        """`write` of rows in consecutive slots from `first`, all at positions start..start + q: two
+        slice copies, a few times cheaper than the indexed write (a batch of one is always such)."""
+        self._fit(keys)
+        assert self.keys is not None and self.values is not None  # _fit allocated them
+        rows, count = keys.shape[0], keys.shape[2]
+        self.keys[layer, first : first + rows, :, start : start + count] = keys
+        self.values[layer, first : first + rows, :, start : start + count] = values
+
     def read(self, layer: int, slots: Sequence[int], length: int) -> KV:
         """Keys/values [n, h, length, d] of `slots`: a view when they are consecutive, else a gather."""
         assert self.keys is not None and self.values is not None  # read after the pass's write
@@ -142,20 +152,28 @@ class PassCache:
     ):
         self.store = store
         self.slots = list(slots)
-        self.slot_index = torch.tensor(self.slots, dtype=torch.long)
-        offsets = torch.arange(q)[None, :]
-        if right_aligned:
-            offsets = (offsets - (q - torch.tensor(list(widths), dtype=torch.long)[:, None])) % q
-        self.columns = torch.tensor(list(starts), dtype=torch.long)[:, None] + offsets
+        consecutive = self.slots == list(range(self.slots[0], self.slots[0] + len(self.slots)))
+        aligned = not right_aligned or all(w == q for w in widths)
+        self.block = (self.slots[0], starts[0]) if consecutive and aligned and len(set(starts)) == 1 else None
+        """(first slot, first position) when the pass's keys land in one block of the store."""
+        if self.block is None:
+            self.slot_index = torch.tensor(self.slots, dtype=torch.long)
+            offsets = torch.arange(q)[None, :]
+            if right_aligned:
+                offsets = (offsets - (q - torch.tensor(list(widths), dtype=torch.long)[:, None])) % q
+            self.columns = torch.tensor(list(starts), dtype=torch.long)[:, None] + offsets
         self.length = max(s + w for s, w in zip(starts, widths))
         self.contiguous = contiguous
         store.reserve(max(self.slots) + 1, max(starts) + q)
 
     def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> KV:
-        device = key_states.device
-        if self.columns.device != device:
-            self.slot_index, self.columns = self.slot_index.to(device), self.columns.to(device)
-        self.store.write(layer_idx, self.slot_index, self.columns, key_states, value_states)
+        if self.block is not None:
+            self.store.write_block(layer_idx, *self.block, key_states, value_states)
+        else:
+            device = key_states.device
+            if self.columns.device != device:
+                self.slot_index, self.columns = self.slot_index.to(device), self.columns.to(device)
+            self.store.write(layer_idx, self.slot_index, self.columns, key_states, value_states)
         keys, values = self.store.read(layer_idx, self.slots, self.length)
         if self.contiguous:
             return keys.clone(memory_format=torch.contiguous_format), values.clone(
