@@ -30,6 +30,7 @@ as `BlockLogits.following`, which become the proposer's first stale view of that
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import weakref
 from collections.abc import Sequence
@@ -251,29 +252,18 @@ class TargetSession:
         tokens the adapter is on at, [1, T]. A state's tokens see the prefix, the pending tokens and
         their own state, never another state's: each sees exactly what it would alone."""
         count, size = states.shape
-        pending = self._pending.numel()
-        device = states.device
         tokens = torch.cat([self._pending, states.reshape(-1)])[None]
-        stored = torch.arange(self._cache_len + pending, device=device)
-        positions = torch.cat(
-            [stored[self._cache_len :], self.block_start + torch.arange(size, device=device).repeat(count)]
+        layout = _causal_layout(
+            self._cache_len,
+            self._pending.numel(),
+            count,
+            size,
+            self.block_start,
+            self.block_length,
+            self.target.family.causal_context,
+            states.device,
         )
-        keys = torch.cat([stored[: self._cache_len], positions])
-        owner = torch.cat(
-            [torch.full((pending,), -1, device=device), torch.arange(count, device=device).repeat_interleave(size)]
-        )
-        key_owner = torch.cat([torch.full((self._cache_len,), -1, device=device), owner])
-        shared = (key_owner[None, :] == -1) | (key_owner[None, :] == owner[:, None])
-        block_ids = keys // self.block_length
-        same_or_earlier = block_ids[None, :] <= block_ids[positions][:, None]
-        adapted = None
-        if self.target.family.causal_context:  # clean rows causal with the base weights, the block adapted
-            active = positions >= self.block_start
-            attend = (keys[None, :] <= positions[:, None]) | (same_or_earlier & active[:, None])
-            adapted = active[None]
-        else:
-            attend = same_or_earlier
-        return tokens, positions, attend & shared, adapted
+        return (tokens, *layout)
 
     def head_from(self) -> int:
         """Block-causal: the first row of this pass's one row whose logits are read: the first state's,
@@ -376,6 +366,40 @@ def _causal_together(
     read = [hidden[i, s.head_from() : t] for i, (s, t) in enumerate(zip(sessions, lengths))]
     logits = target.model.lm_head(torch.cat(read)).split([r.shape[0] for r in read])
     return [session.causal_logits(rows) for session, rows in zip(sessions, logits)]
+
+
+@functools.lru_cache(maxsize=256)
+def _causal_layout(
+    cached: int,
+    pending: int,
+    count: int,
+    size: int,
+    block_start: int,
+    block_length: int,
+    causal_context: bool,
+    device: torch.device,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """`TargetSession.causal_inputs` without the tokens: positions, attend and adapted depend only on
+    the geometry, which every pass of a block after its first shares, so they are built once
+    (the tensors are only read: padding copies them, the model reads them)."""
+    stored = torch.arange(cached + pending, device=device)
+    positions = torch.cat([stored[cached:], block_start + torch.arange(size, device=device).repeat(count)])
+    keys = torch.cat([stored[:cached], positions])
+    owner = torch.cat(
+        [torch.full((pending,), -1, device=device), torch.arange(count, device=device).repeat_interleave(size)]
+    )
+    key_owner = torch.cat([torch.full((cached,), -1, device=device), owner])
+    shared = (key_owner[None, :] == -1) | (key_owner[None, :] == owner[:, None])
+    block_ids = keys // block_length
+    same_or_earlier = block_ids[None, :] <= block_ids[positions][:, None]
+    adapted = None
+    if causal_context:  # clean rows causal with the base weights, the block adapted
+        active = positions >= block_start
+        attend = (keys[None, :] <= positions[:, None]) | (same_or_earlier & active[:, None])
+        adapted = active[None]
+    else:
+        attend = same_or_earlier
+    return positions, attend & shared, adapted
 
 
 def check_geometry(family: FamilySpec, gen_length: int, block_length: int) -> None:
