@@ -126,8 +126,8 @@ def main() -> None:
     for model in args.targets.split(","):
         target = load_target(model)
         tolerance = near_tie_tolerance(target.dtype)
-        members = groups(target, model, args.prompts, 0.0, args.gen_length, args.block_length)
-        for temperature in [] if args.pass_costs_only else (float(t) for t in args.temperatures.split(",")):
+        temperatures = [] if args.pass_costs_only else [float(t) for t in args.temperatures.split(",")]
+        for temperature in temperatures:
             members = groups(target, model, args.prompts, temperature, args.gen_length, args.block_length)
             loops = [decoder(target, g) for g in members]
             walls: dict[tuple, list[float]] = defaultdict(list)
@@ -164,7 +164,8 @@ def main() -> None:
             print("\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in lines))
         curve = cost_curve if hasattr(target, "family") else ar_cost_curve
         print(f"\n{model} pass cost (ms): rows | n rows of one prompt | one row each of n prompts | ratio")
-        for rows, one, many in curve(target, list(members[0].prompt_ids), max(3, args.reps * 2)):
+        prompt = list(groups(target, model, 1, 0.0, args.gen_length, args.block_length)[0].prompt_ids)
+        for rows, one, many in curve(target, prompt, max(3, args.reps * 2)):
             print(f"{rows:>4} | {one:8.2f} | {many:8.2f} | {many / one:.2f}x")
 
 

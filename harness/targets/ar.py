@@ -36,7 +36,6 @@ import copy
 import importlib.util
 import json
 import os
-import weakref
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
@@ -118,8 +117,7 @@ class ARSession:
 
     def __init__(self, target: ARTarget, prompt: Tensor):
         self.target = target
-        self.slot = target.store.take()
-        weakref.finalize(self, target.store.release, self.slot)
+        self.slot = target.store.lease(self)
         self.cached = 0
         """Positions of the slot that hold committed tokens (after `commit`)."""
         self.pending = prompt

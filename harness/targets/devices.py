@@ -89,7 +89,7 @@ def batch_memory(
     alone): the weights, every prompt's key/value store, and the largest pass: `rows_per_prompt` rows
     per prompt (1 + the largest budget), each over the whole sequence (full attention) or a block
     (block-causal, plus every prompt's prefill), with its logits, feed-forward and attention scores
-    live, and the scratch positions of the store (`harness.targets.kv_store`) a tree pass writes."""
+    live, and a bound on the scratch positions of the store (`harness.targets.kv_store`) a tree pass writes."""
     size = torch.finfo(dtype).bits // 8
     keys = prompt_tokens + gen_length + block_length
     rows = batch_size * rows_per_prompt
@@ -100,7 +100,8 @@ def batch_memory(
         stores = 0
     else:
         activations = max(rows * block_length, batch_size * (prompt_tokens + block_length)) * per_token
-        stores = batch_size * keys * kv_per_token + rows * keys * kv_per_token  # stores, and a pass's scratch
+        # the slots, and at most `keys` scratch columns per row of a pass (a tree writes rows x block)
+        stores = batch_size * keys * kv_per_token + rows * keys * kv_per_token
     return (parameters(cfg) + activations + stores) * size
 
 

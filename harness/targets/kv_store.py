@@ -19,6 +19,7 @@ generations alive at once. The buffers are inference tensors: every method that 
 from __future__ import annotations
 
 import heapq
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +53,12 @@ class KVStore:
 
     def release(self, slot: int) -> None:
         heapq.heappush(self._free, slot)
+
+    def lease(self, owner: object) -> int:
+        """A slot for `owner` (a session), given back when the owner is garbage collected."""
+        slot = self.take()
+        weakref.finalize(owner, self.release, slot)
+        return slot
 
     def reserve(self, slots: int, positions: int) -> None:
         """The next writes need slots [0, slots) and positions [0, positions)."""

@@ -32,7 +32,6 @@ from __future__ import annotations
 import copy
 import functools
 import os
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -44,7 +43,7 @@ from harness.errors import UserError
 from harness.targets.batching import pad_block_causal, pad_full
 from harness.targets.families import FamilySpec
 from harness.targets.kv_store import KVStore, PassCache
-from harness.targets.model import KV, DLMTransformer
+from harness.targets.model import DLMTransformer
 
 
 @dataclass
@@ -137,8 +136,7 @@ class TargetSession:
         self._before_block: Tensor | None = None
         """Shifted block-causal targets: [1, 1, V] logits of the position before the current block."""
         if target.family.attention == "block_causal":
-            self.slot = target.store.take()
-            weakref.finalize(self, target.store.release, self.slot)
+            self.slot = target.store.lease(self)
             self.prompt_in_block = prompt.numel() % block_length
             self._origin = prompt.numel() - self.prompt_in_block
             self.num_blocks = -(-(prompt.numel() + gen_length) // block_length) - self._origin // block_length
@@ -239,10 +237,6 @@ class TargetSession:
     def cached(self) -> int:
         """Block-causal: how many positions the session has stored."""
         return self._cache_len
-
-    def stored(self) -> list[KV]:
-        """Block-causal: per layer, the keys/values [1, heads, C, d] of the C stored positions (views)."""
-        return self.target.store.stored(self.slot, self._cache_len)
 
     def causal_inputs(self, states: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
         """Block-causal: a pass's new tokens as ONE row after the stored prefix, so the prefix's keys and
