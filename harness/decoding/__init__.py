@@ -7,7 +7,7 @@ decisions it leaves open are in docs/decoding.md.
 from harness.decoding.batch import decode_batch
 from harness.decoding.generation import DecodeConfig, Generation
 from harness.decoding.metrics import Metrics
-from harness.decoding.noise import NoiseSource, gumbel
+from harness.decoding.noise import NoiseSource, gumbel, steps_many
 from harness.decoding.rules import Rule, StepRecord, Transition, parse_rule
 from harness.decoding.speculative import plain_decode, plain_generation, speculative_decode, speculative_generation
 from harness.decoding.tree import DraftNode, DraftRequest, DraftTree, PreparedTree, Proposer, prepare
@@ -33,4 +33,5 @@ __all__ = [
     "prepare",
     "speculative_decode",
     "speculative_generation",
+    "steps_many",
 ]

@@ -37,6 +37,7 @@ class RecordedTarget:
             raise ValueError("replay needs a plain generation decoded with keep_logits=True")
         self.plain, self.mask_id, self.eos_id = plain, mask_id, plain.eos_id
         self.vocab_size = plain.pass_logits[0].shape[-1]
+        self.device = plain.pass_logits[0].device  # where its noise is drawn (`noise_device`)
         self.known: dict[tuple[int, bytes], int] = {}  # (block, state) -> the step taken from it
         self.unknown = torch.full_like(plain.pass_logits[0], float("nan"))
         self.blocks = plain.blocks(mask_id)

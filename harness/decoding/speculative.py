@@ -27,7 +27,7 @@ from torch import Tensor
 from harness.decoding.batch import Decoding, Draft, Pass, decode_batch
 from harness.decoding.generation import DecodeConfig, Generation
 from harness.decoding.metrics import Metrics
-from harness.decoding.noise import NoiseSource
+from harness.decoding.noise import NoiseSource, noise_device
 from harness.decoding.rules import StepRecord, Transition, greedy_tokens
 from harness.decoding.tree import BatchProposer, DraftRequest, DraftTree, Proposer, prepare, stop_reason
 from harness.decoding.verify import Verify
@@ -65,7 +65,7 @@ def speculative_generation(
         raise ValueError(f"the draft budget must be >= 0, got {budget}")
     rule, temperature, size, mask_id = config.rule, config.temperature, config.block_length, target.mask_id
     session = target.start(prompt_ids, config.gen_length, size)
-    noise = NoiseSource(config.seed, size, target.vocab_size) if temperature > 0 else None
+    noise = NoiseSource(config.seed, size, target.vocab_size, noise_device(target.device)) if temperature > 0 else None
     metrics = Metrics(accepted_per_depth=[0] * budget)
     steps: list[Transition] = []
     pass_commits: list[int] = []

@@ -8,7 +8,7 @@ each depth's rows of every walk still going are scored in ONE `Rule.score_many` 
 generations costs one set of tensor operations per depth instead of 16. Every row is scored as it
 would be alone, so the transitions (and the traced records) are the same bit for bit at any batch
 size. Each generation's noise stays its own: its rows are drawn from its own `NoiseSource`, keyed by
-its seed and steps.
+its seed and steps (drawn together for the round's generations on a GPU, `rows_many`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from harness.decoding.noise import NoiseSource
+from harness.decoding.noise import NoiseSource, rows_many
 from harness.decoding.rules import Rule, StepRecord, Transition
 from harness.decoding.tree import PreparedTree
 
@@ -82,10 +82,12 @@ def decide_rows(
     logits = [r.logits[w.rows[-1]] for r, w in zip(requests, walks)]
     noise = None
     if temperature > 0:  # the noise of each row's masked positions only: the rule reads no other
-        noise = [
-            r.noise.rows(r.step + len(w.rows) - 1, (state == rule.mask_id).nonzero().squeeze(1))  # type: ignore[union-attr]
-            for r, w, state in zip(requests, walks, states)
-        ]
+        noise = rows_many(
+            [
+                (r.noise, r.step + len(w.rows) - 1, (state == rule.mask_id).nonzero().squeeze(1))
+                for r, w, state in zip(requests, walks, states)
+            ]
+        )
     scored = rule.score_many(logits, states, noise, temperature, keep_gaps=trace)
     transitions = rule.decide_scored(scored)
     records = [rule.record(s, temperature) if trace else None for s in scored]

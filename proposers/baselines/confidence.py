@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition
+from harness.decoding import DraftNode, DraftRequest, DraftTree, Transition, steps_many
 
 
 @dataclass
@@ -74,7 +74,11 @@ class ConfidenceProposer:
 
         growing = list(range(len(chains)))
         while growing:
-            noise = [noise_at(chains[g]) for g in growing] if temperature > 0 else None
+            noise = None
+            if temperature > 0:  # the rule's noise at each chain's next depth (step + depth)
+                noise = steps_many(
+                    [(chains[g].request.noise, chains[g].request.step + chains[g].depth) for g in growing]
+                )
             transitions = decide(growing, [chains[g].state for g in growing], noise)
             children = [t.apply(chains[g].state) for g, t in zip(growing, transitions)]
             going = [k for k, child in enumerate(children) if bool((child == mask_id).any())]
@@ -99,9 +103,3 @@ class ConfidenceProposer:
                 chain.state, chain.parent, chain.depth = children[k], len(chain.nodes), chain.depth + 1
             growing = [growing[k] for k in going if len(chains[growing[k]].nodes) < chains[growing[k]].request.budget]
         return [DraftTree(tuple(chain.nodes)) for chain in chains]
-
-
-def noise_at(chain: Chain) -> torch.Tensor:
-    """The noise the target's rule uses at the chain's next depth (step + depth)."""
-    assert chain.request.noise is not None  # T > 0
-    return chain.request.noise(chain.request.step + chain.depth)

@@ -14,6 +14,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "device_check.py"
 
 @pytest.mark.slow
 def test_a_cpu_smoke_run_prints_a_row_per_mode_and_proposer() -> None:
+    """Diffusion and autoregressive targets, each with its own proposers and rule, and the noise line."""
     result = subprocess.run(
         [
             sys.executable,
@@ -21,7 +22,7 @@ def test_a_cpu_smoke_run_prints_a_row_per_mode_and_proposer() -> None:
             "--device",
             "cpu",
             "--targets",
-            "sdar-a",
+            "sdar-a,ar-a",
             "--limit",
             "1",
             "--budgets",
@@ -34,9 +35,15 @@ def test_a_cpu_smoke_run_prints_a_row_per_mode_and_proposer() -> None:
         timeout=600,
     )
     assert result.returncode == 0, result.stderr
-    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("sdar-a")]
-    assert {(r[1], r[3]) for r in rows} == {(m, p) for m in ("bf16", "exact") for p in ("confidence", "spot")}
-    assert all(r[5] == "100%" for r in rows if r[1] == "exact")
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("noise on cpu: uniforms equal numpy's bit for bit: True") for line in lines)
+    for target, proposers in [
+        ("sdar-a", ("confidence", "spot")),
+        ("ar-a", ("draft-model:ar-a-draft", "prompt-lookup")),
+    ]:
+        rows = [line.split() for line in lines if line.startswith(target + " ")]
+        assert {(r[1], r[3]) for r in rows} == {(m, p) for m in ("bf16", "exact") for p in proposers}
+        assert all(r[5] == "100%" for r in rows if r[1] == "exact")
 
 
 @pytest.mark.slow

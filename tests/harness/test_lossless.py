@@ -17,9 +17,10 @@ from harness.decoding import (
     Transition,
     parse_rule,
     plain_decode,
-    speculative,
     speculative_decode,
+    verify,
 )
+from harness.decoding.noise import rows_many
 from harness.decoding.tree import PreparedTree
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_dlm_target
@@ -42,14 +43,9 @@ def config(t: DLMTarget, temperature: float, seed: int, rule: str = "top1") -> D
     return DecodeConfig(parse_rule(rule, t.family, t.mask_id), 16, 8, temperature, seed)
 
 
-class ShiftedNoise(NoiseSource):
+def shifted_rows(asked: list[tuple[NoiseSource, int, torch.Tensor]]) -> list[torch.Tensor]:
     """Defect: the verifier samples depth d with the noise of step s + d + 1."""
-
-    def __call__(self, step: int) -> torch.Tensor:
-        return super().__call__(step + 1)
-
-    def rows(self, step: int, positions: torch.Tensor) -> torch.Tensor:
-        return super().rows(step + 1, positions)
+    return rows_many([(source, step + 1, positions) for source, step, positions in asked])
 
 
 class WrongTokenOracle:
@@ -100,7 +96,7 @@ def test_negative_control_shifted_noise_is_caught(monkeypatch, family, exact):
         cfg = config(t, 1.0, seed)
         plain = plain_decode(t, PROMPT, cfg)
         with monkeypatch.context() as patch:
-            patch.setattr(speculative, "NoiseSource", ShiftedNoise)
+            patch.setattr(verify, "rows_many", shifted_rows)
             spec = speculative_decode(t, PROMPT, build_proposer("oracle", t, plain), cfg, 4)
         reports.append(check_lossless(plain, spec, near_tie_tolerance(t.dtype)))
     # The tiny SDAR's logits are spread so wide (top-2 gaps ~2.5) that some seeds' samples do not

@@ -1,9 +1,28 @@
 """G(seed, s): a pure function of (seed, step), whatever asks for it and in whatever order."""
 
+from typing import cast
+
+import numpy as np
+import pytest
 import torch
 
-from harness.decoding import NoiseSource, gumbel
-from harness.decoding.noise import gumbel_rows
+from harness.decoding import (
+    DecodeConfig,
+    NoiseSource,
+    decode_batch,
+    gumbel,
+    noise,
+    parse_rule,
+    plain_generation,
+    speculative,
+    speculative_generation,
+    steps_many,
+)
+from harness.decoding.noise import device_uniforms, gumbel_rows, numpy_uniforms, rows_many
+from harness.decoding.tree import Proposer
+from harness.lossless import check_lossless, near_tie_tolerance
+from harness.targets.registry import load_dlm_target
+from proposers import build_proposer
 
 
 def test_deterministic_shape_and_dtype():
@@ -126,3 +145,72 @@ def test_source_rows_come_from_the_cache_or_are_drawn_alone():
     assert torch.equal(fresh.rows(2, positions), warm.rows(2, positions))
     assert torch.equal(fresh.rows(2, positions), gumbel(3, 2, 8, 259)[positions])
     assert 2 not in fresh._cache  # rows drawn alone are the verifier's, read once
+
+
+CPU = torch.device("cpu")
+"""The device path's torch operations run on any device; CI checks them on the CPU."""
+
+
+@pytest.mark.parametrize("vocab", [2048, 259, 3, 151936])
+def test_the_device_stream_is_numpys_bit_for_bit(vocab):
+    """The uniforms the device path draws are numpy's (integer arithmetic): every key of the whole
+    range, rows that start on and off a block of 4 draws, scattered positions."""
+    for seed, step in [(0, 0), (5, 9), (2**63 - 1, 2**63), (2**64 - 1, 2**64 - 1), (2**63, 1)]:
+        for positions in ([0], [1, 2, 3], [0, 5, 6, 15]):
+            expected = numpy_uniforms(seed, step, positions, vocab)
+            drawn = device_uniforms([(seed, step, positions)], vocab, CPU).flatten().numpy()
+            assert np.array_equal(drawn, expected), (seed, step, positions)
+
+
+def test_device_noise_is_numpys_but_for_the_logs_last_bits(monkeypatch):
+    """Only the float64 logs are the device's: within a few ulps of numpy's, drawn in chunks or whole."""
+    for vocab, positions in [(259, [0, 3, 4, 7]), (151936, [2, 3])]:
+        expected = gumbel_rows(11, 2**63 + 4, positions, vocab)
+        drawn = gumbel_rows(11, 2**63 + 4, positions, vocab, CPU)
+        assert drawn.dtype == torch.float64 and drawn.shape == expected.shape
+        torch.testing.assert_close(drawn, expected, rtol=0, atol=1e-14)
+        monkeypatch.setattr(noise, "_CHUNK_DRAWS", vocab)  # one row per chunk
+        assert torch.equal(gumbel_rows(11, 2**63 + 4, positions, vocab, CPU), drawn)
+        monkeypatch.undo()
+    # the negative control: a neighbouring step is other noise entirely
+    assert (gumbel_rows(11, 5, [0], 259, CPU) - gumbel_rows(11, 6, [0], 259)).abs().max() > 1
+
+
+def test_a_rounds_draws_together_equal_each_sources_own():
+    """`steps_many` and `rows_many` draw the sources of one device in one call: each item gets what
+    its own source gives alone, cached steps are reused, and CPU (numpy) sources mix in."""
+    sources = [NoiseSource(seed, 8, 259, CPU) for seed in (1, 2, 3)] + [NoiseSource(4, 8, 259)]
+    alone = [NoiseSource(s.seed, 8, 259, s.device) for s in sources]
+    steps = steps_many([(s, 7 + i) for i, s in enumerate(sources)] + [(sources[0], 7)])
+    for i, (drawn, own) in enumerate(zip(steps, alone)):
+        assert torch.equal(drawn, own(7 + i))
+    assert steps[-1] is steps[0]  # drawn once, then from the cache
+    positions = [torch.tensor([0, 2]), torch.tensor([5]), torch.tensor([1, 2, 3, 7]), torch.tensor([6])]
+    rows = rows_many([(s, 20, p) for s, p in zip(sources, positions)])
+    for drawn, own, p in zip(rows, alone, positions):
+        assert torch.equal(drawn, own(20)[p])
+    assert torch.equal(rows_many([(sources[1], 8, positions[1])])[0], steps[1][positions[1]])
+    with pytest.raises(ValueError, match="needs Gumbel noise"):
+        rows_many([(None, 0, positions[0])])
+
+
+def test_a_loop_on_a_device_draws_its_noise_there(monkeypatch):
+    """Decoded with the device path (on the CPU here), every speculative arm still equals plain
+    decoding token for token at T=1, and the noise was drawn by it."""
+    calls = []
+    draw = noise.device_gumbel
+    monkeypatch.setattr(noise, "device_gumbel", lambda *a: calls.append(len(a[0])) or draw(*a))
+    monkeypatch.setattr(speculative, "noise_device", lambda device: device)
+    t = load_dlm_target("tiny-random:sdar").exact()
+    cfg = DecodeConfig(parse_rule("top1", t.family, t.mask_id), 16, 8, 1.0, 3)
+    prompts = [list(b"Q: 2+2=?\nA:"), list(b"hi"), list(b"7*6=")]
+    plains = decode_batch(t, [plain_generation(t, p, cfg) for p in prompts], 3)
+    assert calls and max(calls) > 1  # the round's generations drawn together
+    for arm, budget in [("confidence", 6), ("spot", 8)]:
+        loops = [
+            speculative_generation(t, p, cast(Proposer, build_proposer(arm, t, plain)), cfg, budget)
+            for p, plain in zip(prompts, plains)
+        ]
+        for plain, generation in zip(plains, decode_batch(t, loops, 3)):
+            assert check_lossless(plain, generation, near_tie_tolerance(torch.float64)).exact
+            assert generation.metrics.accepted_per_depth[0] > 0, arm
