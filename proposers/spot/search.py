@@ -21,7 +21,7 @@ from typing import Generic, TypeVar
 import torch
 from torch import Tensor
 
-from harness.decoding import DraftRequest, DraftTree
+from harness.decoding import DraftRequest, DraftTree, NoiseSource, steps_many
 from proposers.baselines.confidence import ConfidenceProposer
 from proposers.spot.features import (
     GREEDY,
@@ -109,6 +109,12 @@ class PathSearch(Generic[Step, Out]):
             tables = self.depths[key] = DepthTables.of(candidates(self.view, noise, self.request.rule), self.device)
         return tables
 
+    def noise_steps(self, paths: list[tuple[Step, ...]]) -> list[tuple[NoiseSource, int]]:
+        """The noise steps `inputs(paths)` reads: a path of length d is scored with the candidates of
+        depth d (step + d), in SPOT and SPOT-Sets alike; none without noise."""
+        noise = self.request.noise
+        return [] if noise is None else [(noise, self.request.step + d) for d in sorted({len(p) for p in paths})]
+
     def ages(self, path: tuple[Step, ...]) -> list[int]:
         """`step` applied along the path, in Python (a list per path, cached)."""
         ages = self._ages.get(path)
@@ -139,8 +145,10 @@ class PathSearch(Generic[Step, Out]):
 
 def score_together(work: Sequence[tuple[PathSearch, list]]) -> None:
     """One network call for the paths of several searches (same network, block length and settings:
-    one round's generations), read back in one transfer. A row's output does not depend on the rows
+    one round's generations), read back in one transfer; the noise of the depths they read drawn
+    together first (`steps_many`). A row's output does not depend on the rows
     beside it (the matrix products have at least `kernels.MIN_ROWS` rows, tests/proposers/spot)."""
+    steps_many([step for search, paths in work for step in search.noise_steps(paths)])  # one call on a GPU
     parts = [search.inputs(paths) for search, paths in work]
     joined = parts[0] if len(parts) == 1 else tuple(torch.cat(column) for column in zip(*parts))
     with torch.inference_mode():  # the same kernels with less dispatch work per operation

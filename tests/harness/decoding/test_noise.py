@@ -23,6 +23,7 @@ from harness.decoding.tree import Proposer
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_dlm_target
 from proposers import build_proposer
+from proposers.spot import search
 
 
 def test_deterministic_shape_and_dtype():
@@ -196,10 +197,12 @@ def test_a_rounds_draws_together_equal_each_sources_own():
 
 def test_a_loop_on_a_device_draws_its_noise_there(monkeypatch):
     """Decoded with the device path (on the CPU here), every speculative arm still equals plain
-    decoding token for token at T=1, and the noise was drawn by it."""
-    calls = []
-    draw = noise.device_gumbel
+    decoding token for token at T=1, the noise was drawn by it, and the round's generations together
+    (the verifier's rows, SPOT's depths)."""
+    calls, spot_steps = [], []
+    draw, steps = noise.device_gumbel, search.steps_many
     monkeypatch.setattr(noise, "device_gumbel", lambda *a: calls.append(len(a[0])) or draw(*a))
+    monkeypatch.setattr(search, "steps_many", lambda asked: spot_steps.append(asked) or steps(asked))
     monkeypatch.setattr(speculative, "noise_device", lambda device: device)
     t = load_dlm_target("tiny-random:sdar").exact()
     cfg = DecodeConfig(parse_rule("top1", t.family, t.mask_id), 16, 8, 1.0, 3)
@@ -214,3 +217,4 @@ def test_a_loop_on_a_device_draws_its_noise_there(monkeypatch):
         for plain, generation in zip(plains, decode_batch(t, loops, 3)):
             assert check_lossless(plain, generation, near_tie_tolerance(torch.float64)).exact
             assert generation.metrics.accepted_per_depth[0] > 0, arm
+    assert max(len({id(source) for source, _ in asked}) for asked in spot_steps) > 1
