@@ -48,20 +48,16 @@ class PositionNoise(Protocol):
     def __call__(self, position: int, /) -> Tensor: ...
 
 
-def gumbel(seed: int, step: int, block_length: int, vocab_size: int, device: torch.device | None = None) -> Tensor:
-    """G(seed, step): standard Gumbel noise [block_length, vocab_size] in float64 (drawn by numpy on
-    the CPU, or on `device`: `device_gumbel`)."""
-    return gumbel_rows(seed, step, range(block_length), vocab_size, device)
+def gumbel(seed: int, step: int, block_length: int, vocab_size: int) -> Tensor:
+    """G(seed, step): standard Gumbel noise [block_length, vocab_size] in float64, drawn by numpy
+    (on a device: `device_gumbel`)."""
+    return gumbel_rows(seed, step, range(block_length), vocab_size)
 
 
-def gumbel_rows(
-    seed: int, step: int, positions: range | list[int], vocab_size: int, device: torch.device | None = None
-) -> Tensor:
+def gumbel_rows(seed: int, step: int, positions: range | list[int], vocab_size: int) -> Tensor:
     """Rows `positions` (increasing) of G(seed, step): [len(positions), vocab_size] in float64,
     bit-identical to the same rows of `gumbel`."""
     positions = list(positions)
-    if device is not None:
-        return device_gumbel([(seed, step, positions)], vocab_size, device)
     uniform = numpy_uniforms(seed, step, positions, vocab_size)
     # Uniforms in [tiny, 1), then -log(-log u): three times faster than Generator.gumbel, finite.
     uniform = np.maximum(uniform, _TINY)

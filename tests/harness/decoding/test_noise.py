@@ -18,7 +18,7 @@ from harness.decoding import (
     speculative_generation,
     steps_many,
 )
-from harness.decoding.noise import device_uniforms, gumbel_rows, numpy_uniforms, rows_many
+from harness.decoding.noise import device_gumbel, device_uniforms, gumbel_rows, numpy_uniforms, rows_many
 from harness.decoding.tree import Proposer
 from harness.lossless import check_lossless, near_tie_tolerance
 from harness.targets.registry import load_dlm_target
@@ -167,14 +167,14 @@ def test_device_noise_is_numpys_but_for_the_logs_last_bits(monkeypatch):
     """Only the float64 logs are the device's: within a few ulps of numpy's, drawn in chunks or whole."""
     for vocab, positions in [(259, [0, 3, 4, 7]), (151936, [2, 3])]:
         expected = gumbel_rows(11, 2**63 + 4, positions, vocab)
-        drawn = gumbel_rows(11, 2**63 + 4, positions, vocab, CPU)
+        drawn = device_gumbel([(11, 2**63 + 4, positions)], vocab, CPU)
         assert drawn.dtype == torch.float64 and drawn.shape == expected.shape
         torch.testing.assert_close(drawn, expected, rtol=0, atol=1e-14)
         monkeypatch.setattr(noise, "_CHUNK_DRAWS", vocab)  # one row per chunk
-        assert torch.equal(gumbel_rows(11, 2**63 + 4, positions, vocab, CPU), drawn)
+        assert torch.equal(device_gumbel([(11, 2**63 + 4, positions)], vocab, CPU), drawn)
         monkeypatch.undo()
     # the negative control: a neighbouring step is other noise entirely
-    assert (gumbel_rows(11, 5, [0], 259, CPU) - gumbel_rows(11, 6, [0], 259)).abs().max() > 1
+    assert (device_gumbel([(11, 5, [0])], 259, CPU) - gumbel_rows(11, 6, [0], 259)).abs().max() > 1
 
 
 def test_a_rounds_draws_together_equal_each_sources_own():
