@@ -10,7 +10,7 @@ seeds would share one key (2**64-1 and 0, 2**63+1 and 2**63).
 Element (i, v) of `G(seed, s)` is draw number `i * vocab + v` of the key's stream, and Philox can
 start its stream at any multiple of 4 draws (its counter), so any rows can be drawn alone with the
 values the whole block would give them. The verifier reads only the masked positions of each state
-it walks (`NoiseSource.rows`): plain decoding draws half the block's noise on average, and the last
+it walks (`rows_many`): plain decoding draws half the block's noise on average, and the last
 steps of a block a row or two.
 
 Where it is drawn. For a target on the CPU, numpy draws it (the reference, unchanged since the
@@ -205,11 +205,6 @@ class NoiseSource:
     def __call__(self, step: int) -> Tensor:
         return steps_many([(self, step)])[0]
 
-    def rows(self, step: int, positions: Tensor) -> Tensor:
-        """[len(positions), V]: the rows of G(seed, step) at `positions` (increasing, on the CPU),
-        from the cache when a proposer drew the whole step, else drawn alone and not cached."""
-        return rows_many([(self, step, positions)])[0]
-
     def forget_before(self, step: int) -> None:
         """Drop cached steps below `step`: the loop has committed them and never asks again."""
         for old in [s for s in self._cache if s < step]:
@@ -238,9 +233,10 @@ def steps_many(asked: Sequence[tuple[NoiseSource | None, int]]) -> list[Tensor]:
 
 
 def rows_many(asked: Sequence[tuple[NoiseSource | None, int, Tensor]]) -> list[Tensor]:
-    """`source.rows(step, positions)` for every item (the verifier's rows of a round's generations at
-    one depth): the rows of cached steps from the cache, the others drawn alone, those of sources on
-    one device in a single `device_gumbel` call."""
+    """[len(positions), V] for every (source, step, positions) item (the verifier's rows of a round's
+    generations at one depth): the rows of G(seed, step) at `positions` (increasing, on the CPU), from
+    the cache when a proposer drew the whole step, else drawn alone and not cached; those of sources
+    on one device in a single `device_gumbel` call."""
     triples = [(_source(source), step, positions) for source, step, positions in asked]
     out: list[Tensor | None] = [None] * len(asked)
     together: dict[tuple[torch.device, int], list[int]] = {}

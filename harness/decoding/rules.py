@@ -126,7 +126,7 @@ class Rule:
     """A commit rule: `rule(logits [B, V], state [B], noise [B, V] | None, T) -> Transition`.
 
     The noise may also be given as the rows of the state's masked positions only, [M, V] (the
-    verifier draws no others, `NoiseSource.rows`); with M = B both readings are the same tensor."""
+    verifier draws no others, `noise.rows_many`); with M = B both readings are the same tensor."""
 
     name: str
     """"top1" or "threshold"."""

@@ -143,8 +143,8 @@ def test_source_rows_come_from_the_cache_or_are_drawn_alone():
     fresh, warm = NoiseSource(3, 8, 259), NoiseSource(3, 8, 259)
     warm(2)
     positions = torch.tensor([1, 2, 6])
-    assert torch.equal(fresh.rows(2, positions), warm.rows(2, positions))
-    assert torch.equal(fresh.rows(2, positions), gumbel(3, 2, 8, 259)[positions])
+    assert torch.equal(rows_many([(fresh, 2, positions)])[0], rows_many([(warm, 2, positions)])[0])
+    assert torch.equal(rows_many([(fresh, 2, positions)])[0], gumbel(3, 2, 8, 259)[positions])
     assert 2 not in fresh._cache  # rows drawn alone are the verifier's, read once
 
 

@@ -3,6 +3,7 @@
 import torch
 
 from harness.decoding import DraftNode, DraftTree, NoiseSource, Rule, Transition, prepare
+from harness.decoding.noise import rows_many
 from harness.decoding.verify import Verify, Walk, walk_all
 
 MASK, V, B = 9, 10, 6
@@ -19,7 +20,7 @@ def request(seed: int, rule: Rule, temperature: float, drafted_right: bool, trac
     logits = torch.randn(3, B, V, generator=generator) * 3
     noise = NoiseSource(seed, B, V) if temperature > 0 else None
     root = torch.full((B,), MASK)
-    sample = noise.rows(7, torch.arange(B)) if noise else None
+    sample = rows_many([(noise, 7, torch.arange(B))])[0] if noise else None
     first = rule(logits[0], root, sample, temperature)
     if not drafted_right:
         first = Transition(first.positions, tuple((t + 1) % MASK for t in first.tokens))
@@ -36,7 +37,7 @@ def alone(r: Verify) -> Walk:
     while True:
         row, depth = walk.rows[-1], len(walk.rows) - 1
         state = r.tree.states[row]
-        sample = r.noise.rows(r.step + depth, (state == MASK).nonzero().squeeze(1)) if r.noise else None
+        sample = rows_many([(r.noise, r.step + depth, (state == MASK).nonzero().squeeze(1))])[0] if r.noise else None
         transition, record = r.rule.explain(r.logits[row], state, sample, r.temperature, r.trace)
         walk.transitions.append(transition)
         if record is not None:
